@@ -1,0 +1,12 @@
+"""The typer application object that every command module registers on."""
+
+import typer
+
+app = typer.Typer(
+    name="planner",
+    help="3D-parallelism planner for LLM training: ranked, memory-safe layouts with predicted "
+    "step time, and the tools to check them (validate, profile, calibrate).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)

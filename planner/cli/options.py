@@ -1,0 +1,73 @@
+"""Options shared by solve, estimate and validate, declared once (typer Annotated aliases), and
+the helpers that turn them into library objects. A given value pins a knob; None leaves it to solve."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+
+class RecomputeChoice(str, Enum):
+    none = "none"
+    selective = "selective"
+    full = "full"
+
+
+class PrecisionChoice(str, Enum):
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp8 = "fp8"
+
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in name/alias, spec YAML, or HF config.json.")]
+ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="NxGPU, NODESxPERNODExGPU, or a cluster YAML.")]
+SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", min=1, help="Tokens per sequence (default: the model's).")]
+GlobalBatchOpt = Annotated[
+    int | None, typer.Option("--global-batch", min=1, help="Sequences per optimizer step (default: the model's).")
+]
+TpOpt = Annotated[int | None, typer.Option("--tp", min=1, help="Tensor-parallel degree.")]
+PpOpt = Annotated[int | None, typer.Option("--pp", min=1, help="Pipeline-parallel degree.")]
+DpOpt = Annotated[int | None, typer.Option("--dp", min=1, help="Data-parallel degree.")]
+CpOpt = Annotated[int | None, typer.Option("--cp", min=1, help="Context-parallel degree.")]
+EpOpt = Annotated[int | None, typer.Option("--ep", min=1, help="Expert-parallel degree (MoE).")]
+VppOpt = Annotated[int | None, typer.Option("--vpp", min=1, help="Virtual stages per GPU (interleaved 1F1B); 1 = 1F1B.")]
+MbsOpt = Annotated[int | None, typer.Option("--mbs", min=1, help="Micro-batch size, sequences.")]
+ZeroOpt = Annotated[int | None, typer.Option("--zero", min=0, max=3, help="ZeRO stage / FSDP sharding (0-3).")]
+RecomputeOpt = Annotated[RecomputeChoice | None, typer.Option("--recompute", help="Activation recomputation.")]
+SpOpt = Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism alongside TP.")]
+PrecisionOpt = Annotated[PrecisionChoice, typer.Option("--precision", help="Matmul precision.")]
+ProfileOpt = Annotated[
+    Path | None, typer.Option("--profile", help="GPU profile YAML (from `planner profile` or `calibrate`).")
+]
+CsvOpt = Annotated[Path | None, typer.Option("--csv", help="Write the plan(s) as CSV here.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def layout_pins(**values: Any) -> dict[str, Any]:
+    """The layout knobs the user gave (None = not given), enum values unwrapped."""
+    out = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        out[key] = value.value if isinstance(value, Enum) else value
+    return out
+
+
+def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | None,
+                global_batch: int | None, precision: PrecisionChoice):
+    """Resolve --model/--cluster/--profile/--seq-len/--global-batch/--precision to specs."""
+    from planner.registry import load_gpu, load_model, parse_cluster
+    from planner.specs import JobSpec
+
+    model_spec = load_model(model)
+    gpu = load_gpu(str(profile)) if profile is not None else None
+    cluster_spec = parse_cluster(cluster, profile=gpu)
+    job = JobSpec(
+        seq_len=seq_len or model_spec.seq_len,
+        global_batch=global_batch or model_spec.global_batch,
+        precision=precision.value,
+    )
+    return model_spec, cluster_spec, job

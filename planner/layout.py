@@ -1,0 +1,91 @@
+"""Layout: how one training job is laid out on the cluster, and the rank order.
+
+Rank order (one documented mapping, Megatron-LM's default "tp-cp-ep-dp-pp"): tp is innermost
+(consecutive ranks), then cp, then dp, and pp outermost:
+
+    rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank))
+
+So a TP group is `tp` consecutive ranks (inside one node when tp <= GPUs per node), a CP group
+strides by tp, a DP group by tp*cp, and a PP group by tp*cp*dp. Expert parallelism (ep) does not
+multiply the world: experts are sharded over `ep` ranks carved out of the dp*cp ranks (Megatron's
+expert-data-parallel), so ep divides dp*cp. The validate subpackage builds its DeviceMesh with
+mesh_dim_names ("pp", "dp", "cp", "tp"), outermost first, which is this order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+Recompute = Literal["none", "selective", "full"]
+RECOMPUTE_CODES: dict[str, str] = {"none": "none", "selective": "sel", "full": "full"}
+MESH_DIM_NAMES = ("pp", "dp", "cp", "tp")  # outermost first, see the module docstring
+
+
+@dataclass(frozen=True, order=True)
+class Layout:
+    """Parallel degrees and knobs of one plan. Degrees are counts of GPUs; mbs in sequences."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vpp: int = 1  # virtual pipeline stages per GPU (interleaved 1F1B); 1 = plain 1F1B
+    mbs: int = 1  # micro-batch size, sequences
+    zero: int = 0  # 0..3: ZeRO stage / FSDP sharding over DP
+    recompute: Recompute = "none"
+    sp: bool = False  # sequence parallelism alongside TP
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    def grad_accum(self, global_batch: int) -> int:
+        """Micro-batches per DP rank per step (global_batch = mbs * grad_accum * dp)."""
+        return global_batch // (self.mbs * self.dp)
+
+    def __str__(self) -> str:
+        parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        if self.vpp > 1:
+            parts.append(f"vpp{self.vpp}")
+        parts += [f"mbs{self.mbs}", f"z{self.zero}", RECOMPUTE_CODES[self.recompute]]
+        if self.sp:
+            parts.append("sp")
+        return "-".join(parts)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def rank_coords(rank: int, layout: Layout) -> dict[str, int]:
+    """Coordinates (tp, cp, dp, pp) of a global rank under the documented rank order."""
+    tp_rank = rank % layout.tp
+    rest = rank // layout.tp
+    cp_rank = rest % layout.cp
+    rest //= layout.cp
+    dp_rank = rest % layout.dp
+    return {"tp": tp_rank, "cp": cp_rank, "dp": dp_rank, "pp": rest // layout.dp}
+
+
+def group_span_nodes(layout: Layout, axis: str, gpus_per_node: int) -> int:
+    """How many nodes one group along `axis` spans (1 = stays inside a node).
+
+    A group along an axis has `size` members spaced `stride` ranks apart, where stride is the
+    product of the inner degrees (rank order above)."""
+    order = ["tp", "cp", "dp", "pp"]
+    stride = 1
+    for name in order[: order.index(axis)]:
+        stride *= getattr(layout, name)
+    size = getattr(layout, axis)
+    span_ranks = stride * (size - 1) + 1
+    if size == 1:
+        return 1
+    if stride >= gpus_per_node:
+        return size
+    # members packed inside nodes: ceil of the ranks they cover over the node size
+    return max(1, -(-span_ranks // gpus_per_node))

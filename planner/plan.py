@@ -1,0 +1,40 @@
+"""Plan = Layout + its Estimate + rank; the row of plan columns (../shared/CONTRACT.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from planner.layout import Layout
+
+if TYPE_CHECKING:
+    from planner.costmodel import Estimate
+
+# Exact CSV header / JSON keys of a plan, in order (the public contract).
+PLAN_COLUMNS: tuple[str, ...] = (
+    "rank", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "grad_accum", "global_batch", "seq_len",
+    "zero", "recompute", "sp",
+    "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
+    "hw_tflops_per_gpu", "mfu", "hfu", "peak_mem_gb", "mem_capacity_gb", "fits",
+    "time_compute_s", "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s", "time_pp_comm_s",
+    "time_pp_bubble_s", "time_dp_comm_exposed_s", "time_optimizer_s",
+    "mem_weights_gb", "mem_grads_gb", "mem_optimizer_gb", "mem_activations_gb", "mem_other_gb",
+)
+TIME_COLUMNS = tuple(c for c in PLAN_COLUMNS if c.startswith("time_"))
+MEM_COLUMNS = tuple(c for c in PLAN_COLUMNS if c.startswith("mem_") and c != "mem_capacity_gb")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One ranked layout with its prediction. rank is 1-based (0 = not ranked, e.g. estimate)."""
+
+    layout: Layout
+    estimate: Estimate
+    rank: int = 0
+
+    def row(self) -> dict[str, Any]:
+        """The plan columns, in contract order, plus any extra columns the estimate carries."""
+        values = {**self.layout.as_dict(), **self.estimate.columns(), "rank": self.rank}
+        row = {c: values[c] for c in PLAN_COLUMNS}
+        row.update({k: v for k, v in values.items() if k not in row})
+        return row

@@ -1,0 +1,187 @@
+"""GpuProfile (one GPU type and its usual node, with measured efficiency curves) and ClusterSpec.
+
+Units inside: bytes, FLOP, seconds. YAML fields carry their unit in the name (GiB, TB/s, GB/s,
+Gbit/s, microseconds) and are converted by the accessors. Every number in a built-in profile
+names its source in `sources` (field name -> citation)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+
+GIB = 2**30
+Fabric = Literal["nvlink", "nvswitch", "xgmi", "pcie", "loopback"]
+Precision = Literal["bf16", "fp16", "fp8", "tf32", "fp32"]
+
+
+class Curve(BaseModel):
+    """A measured y(x) relation as points, read by log-x linear interpolation and clamped at the
+    ends. x and y units are stated by the field that holds the curve."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    points: list[tuple[float, float]] = Field(description="(x, y) pairs, x strictly increasing.")
+    source: str = Field(default="", description="Where the points were measured or published.")
+
+    @model_validator(mode="after")
+    def _check(self) -> Curve:
+        xs = [p[0] for p in self.points]
+        if not xs or any(b <= a for a, b in zip(xs, xs[1:], strict=False)) or xs[0] <= 0:
+            raise ValueError("curve points need positive, strictly increasing x")
+        return self
+
+    def __call__(self, x: float) -> float:
+        import numpy as np
+
+        return float(self.interp(np.asarray(x, dtype=float)))
+
+    def interp(self, x):  # noqa: ANN001, ANN201 - numpy in, numpy out
+        """Vectorized y at x (numpy array), log-x linear interpolation, clamped."""
+        import numpy as np
+
+        xs = np.log(np.array([p[0] for p in self.points]))
+        ys = np.array([p[1] for p in self.points])
+        return np.interp(np.log(np.maximum(x, 1e-30)), xs, ys)
+
+
+class LinkProfile(BaseModel):
+    """Collective performance of one fabric tier (inside a node, or across nodes)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fabric: str = Field(description="What the tier is, e.g. 'nvswitch NVLink4', 'IB NDR 8x400G'.")
+    link_gb_per_s: PositiveFloat = Field(
+        description="Per-GPU, per-direction link bandwidth of the tier (spec), GB/s (1e9 B/s)."
+    )
+    busbw_gb_per_s: Curve = Field(
+        description="Measured all-reduce bus bandwidth (nccl-tests busbw) vs message size: x bytes, y GB/s."
+    )
+    latency_us: PositiveFloat = Field(description="Per-hop (per ring step) latency, microseconds.")
+    base_latency_us: float = Field(default=0.0, description="Fixed latency per collective call, microseconds.")
+
+    def busbw_bytes_per_s(self, message_bytes):  # noqa: ANN001, ANN201 - float or numpy
+        """Bus bandwidth achieved at this message size, bytes/s."""
+        return self.busbw_gb_per_s.interp(message_bytes) * 1e9
+
+
+class GpuProfile(BaseModel):
+    """One GPU type with its usual node. Peaks are dense (no sparsity)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Registry name, e.g. 'A100-SXM4-80GB'.")
+    aliases: list[str] = Field(default_factory=list, description="Other names ('A100', 'a100-80gb').")
+    description: str = Field(default="", description="The part and its usual node, in words.")
+    peak_bf16_tflops: PositiveFloat = Field(description="Dense BF16 tensor peak, TFLOP/s.")
+    peak_fp16_tflops: PositiveFloat = Field(description="Dense FP16 tensor peak, TFLOP/s.")
+    peak_fp8_tflops: PositiveFloat | None = Field(default=None, description="Dense FP8 peak, TFLOP/s.")
+    peak_tf32_tflops: PositiveFloat | None = Field(default=None, description="Dense TF32 peak, TFLOP/s.")
+    memory_gib: PositiveFloat = Field(description="HBM capacity, GiB (2^30 B).")
+    hbm_tb_per_s: PositiveFloat = Field(description="HBM bandwidth (spec), TB/s (1e12 B/s).")
+    hbm_efficiency: PositiveFloat = Field(default=0.85, le=1, description="Achieved fraction of HBM spec (STREAM-like).")
+    reserve_gib: float = Field(
+        ge=0, description="Memory not usable by tensors: CUDA context, NCCL buffers, allocator fragmentation, GiB."
+    )
+    gemm_efficiency: Curve = Field(
+        description="Achieved fraction of the BF16 peak for one GEMM vs its size: x FLOP of the GEMM, y fraction."
+    )
+    fp8_gemm_efficiency: Curve | None = Field(
+        default=None, description="As gemm_efficiency, against the FP8 peak."
+    )
+    attention_efficiency: float = Field(
+        default=0.5, gt=0, le=1.2, description="Achieved fraction of peak for fused (flash) attention, counted causally."
+    )
+    gpus_per_node: PositiveInt = Field(description="GPUs per server (the usual node).")
+    nvlink_domain_gpus: PositiveInt | None = Field(
+        default=None, description="GPUs in one scale-up (NVLink) domain; None means gpus_per_node. 72 for NVL72."
+    )
+    intra_node_fabric: Fabric = Field(description="Scale-up fabric kind.")
+    intra_node: LinkProfile = Field(description="Collectives inside the scale-up domain.")
+    inter_node: LinkProfile = Field(description="Collectives across domains (NICs).")
+    nic_gbit_per_s: PositiveFloat = Field(description="Scale-out NIC line rate per GPU, Gbit/s.")
+    nics_per_gpu: PositiveFloat = Field(default=1.0, description="NICs per GPU.")
+
+    # Fitted by calibration (stock values stated with their source in `sources`).
+    dp_overlap: float = Field(
+        default=0.8, ge=0, le=1, description="Fraction of DP gradient communication hidden behind backward."
+    )
+    step_overhead_s: float = Field(default=0.0, ge=0, description="Fixed per-step overhead (launch, sync), s.")
+    step_time_rel_error: float | None = Field(
+        default=None, ge=0, description="Calibrated relative spread of step-time error (1 sigma); None = uncalibrated."
+    )
+    provenance: dict = Field(default_factory=dict, description="How the profile was made: runs used, date, residuals.")
+    sources: dict[str, str] = Field(default_factory=dict, description="Field name -> citation of its number.")
+
+    @property
+    def domain_gpus(self) -> int:
+        """GPUs sharing the scale-up fabric (the limit for TP)."""
+        return self.nvlink_domain_gpus or self.gpus_per_node
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gib * GIB
+
+    @property
+    def usable_memory_gib(self) -> float:
+        """Capacity tensors may use: HBM minus the reserve, GiB."""
+        return self.memory_gib - self.reserve_gib
+
+    def peak_flops(self, precision: Precision) -> float:
+        """Dense peak for the matmul precision, FLOP/s."""
+        table = {
+            "bf16": self.peak_bf16_tflops,
+            "fp16": self.peak_fp16_tflops,
+            "fp8": self.peak_fp8_tflops,
+            "tf32": self.peak_tf32_tflops,
+        }
+        value = table.get(precision)
+        if value is None:
+            from planner.errors import SpecError
+
+            raise SpecError(f"GPU {self.name} has no {precision} peak in its profile")
+        return value * 1e12
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        """Achieved HBM bandwidth, bytes/s."""
+        return self.hbm_tb_per_s * 1e12 * self.hbm_efficiency
+
+
+class ClusterSpec(BaseModel):
+    """A homogeneous cluster: `num_nodes` nodes of `gpus_per_node` GPUs of one profile."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpu: GpuProfile = Field(description="The GPU profile.")
+    num_nodes: PositiveInt = Field(description="Servers.")
+    gpus_per_node: PositiveInt = Field(description="GPUs per server (may be fewer than the profile's node).")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def domain_gpus(self) -> int:
+        """GPUs reachable over the scale-up fabric from one GPU (capped by the cluster size)."""
+        return min(self.gpu.domain_gpus if self.gpu.nvlink_domain_gpus else self.gpus_per_node, self.num_gpus)
+
+    def __str__(self) -> str:
+        return f"{self.num_nodes}x{self.gpus_per_node}x{self.gpu.name}"
+
+
+class JobSpec(BaseModel):
+    """What one training step processes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seq_len: PositiveInt = Field(description="Tokens per sequence.")
+    global_batch: PositiveInt = Field(description="Sequences per optimizer step.")
+    precision: Literal["bf16", "fp16", "fp8"] = Field(
+        default="bf16", description="Matmul precision; master weights and Adam state stay fp32."
+    )
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch
+

@@ -1,0 +1,242 @@
+"""ModelSpec: the architecture of a transformer LM, in HuggingFace config names, and the counts
+derived from it (parameters, FLOPs per token). Units: counts of parameters, FLOP, tokens."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+
+Activation = Literal["gelu", "swiglu", "squared_relu"]
+Norm = Literal["layernorm", "rmsnorm"]
+PositionEmbedding = Literal["learned", "rope", "alibi"]
+
+
+class ModelSpec(BaseModel):
+    """A decoder-only transformer. Field names follow HuggingFace config.json where one exists."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Registry name, e.g. 'llama2-70b' (the YAML file's stem).")
+    aliases: list[str] = Field(default_factory=list, description="Other names that resolve here.")
+    source: str = Field(default="", description="Citation for the architecture and the published size.")
+    published_params_b: float | None = Field(
+        default=None, description="Published total parameter count, billions (from `source`)."
+    )
+    published_active_params_b: float | None = Field(
+        default=None, description="Published parameters active per token (MoE), billions."
+    )
+
+    num_hidden_layers: PositiveInt = Field(description="Transformer layers (blocks).")
+    hidden_size: PositiveInt = Field(description="Model width h (residual stream), elements.")
+    num_attention_heads: PositiveInt = Field(description="Query heads a.")
+    num_key_value_heads: PositiveInt | None = Field(
+        default=None, description="Key/value heads (GQA/MQA); None means = num_attention_heads."
+    )
+    head_dim: PositiveInt | None = Field(
+        default=None, description="Per-head dimension; None means hidden_size / num_attention_heads."
+    )
+    intermediate_size: PositiveInt = Field(description="Dense MLP hidden size (ffn), elements.")
+    vocab_size: PositiveInt = Field(description="Vocabulary size V (padded as trained).")
+    activation: Activation = Field(description="MLP type: gelu (2 matrices) or swiglu (3 matrices).")
+    norm: Norm = Field(default="rmsnorm", description="Normalization: layernorm (weight+bias) or rmsnorm.")
+    tie_word_embeddings: bool = Field(default=False, description="LM head shares the embedding.")
+    position_embedding: PositionEmbedding = Field(default="rope", description="Position encoding.")
+    max_position_embeddings: PositiveInt | None = Field(
+        default=None, description="Rows of the learned position table (learned only)."
+    )
+    attention_bias: bool = Field(default=False, description="Biases on the q, k, v projections.")
+    linear_bias: bool = Field(
+        default=False, description="Biases on every linear (GPT-2/NeoX style): qkv, out, both MLP."
+    )
+
+    # Mixture of experts (0 experts = dense).
+    num_experts: NonNegativeInt = Field(default=0, description="Routed experts per MoE layer.")
+    num_experts_per_tok: NonNegativeInt = Field(default=0, description="Routed experts per token (top-k).")
+    moe_intermediate_size: PositiveInt | None = Field(
+        default=None, description="Hidden size of one expert's MLP; None means intermediate_size."
+    )
+    num_shared_experts: NonNegativeInt = Field(
+        default=0, description="Always-active shared experts per MoE layer (DeepSeek)."
+    )
+    first_k_dense_replace: NonNegativeInt = Field(
+        default=0, description="The first k layers are dense even in an MoE model (DeepSeek)."
+    )
+    moe_layer_freq: PositiveInt = Field(default=1, description="Every n-th layer (after the first k) is MoE.")
+
+    # Multi-head latent attention (DeepSeek-V2/V3); all None for ordinary attention.
+    q_lora_rank: PositiveInt | None = Field(default=None, description="MLA query low-rank size.")
+    kv_lora_rank: PositiveInt | None = Field(default=None, description="MLA key/value low-rank size.")
+    qk_nope_head_dim: PositiveInt | None = Field(default=None, description="MLA non-rotary q/k head dim.")
+    qk_rope_head_dim: PositiveInt | None = Field(default=None, description="MLA rotary q/k head dim.")
+    v_head_dim: PositiveInt | None = Field(default=None, description="MLA value head dim.")
+
+    seq_len: PositiveInt = Field(default=4096, description="Default sequence length of a job, tokens.")
+    global_batch: PositiveInt = Field(default=512, description="Default sequences per optimizer step.")
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if self.kv_heads > self.num_attention_heads or self.num_attention_heads % self.kv_heads:
+            raise ValueError(
+                f"num_key_value_heads ({self.kv_heads}) must divide num_attention_heads "
+                f"({self.num_attention_heads})"
+            )
+        if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
+            raise ValueError("num_experts_per_tok must be in 1..num_experts for an MoE model")
+        if self.position_embedding == "learned" and self.max_position_embeddings is None:
+            raise ValueError("learned position embeddings need max_position_embeddings")
+        return self
+
+    # ---- shape helpers -------------------------------------------------------------------
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads (defaults to the query heads)."""
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def head_size(self) -> int:
+        """Per-head dimension, elements."""
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def expert_ffn(self) -> int:
+        """Hidden size of one expert MLP, elements."""
+        return self.moe_intermediate_size or self.intermediate_size
+
+    def is_moe_layer(self, i: int) -> bool:
+        """True when layer i (0-based) has a routed-expert MLP."""
+        return (
+            self.is_moe
+            and i >= self.first_k_dense_replace
+            and (i - self.first_k_dense_replace) % self.moe_layer_freq == 0
+        )
+
+    @cached_property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_hidden_layers))
+
+    # ---- parameter counts (elements) -----------------------------------------------------
+    @property
+    def _norm_params(self) -> int:
+        return 2 * self.hidden_size if self.norm == "layernorm" else self.hidden_size
+
+    @property
+    def attention_params(self) -> int:
+        """Parameters of one attention block (projections and their biases), no norm."""
+        h, d = self.hidden_size, self.head_size
+        a, kv = self.num_attention_heads, self.kv_heads
+        if self.is_mla:
+            nope, rope, v = self.qk_nope_head_dim or 0, self.qk_rope_head_dim or 0, self.v_head_dim or d
+            kv_rank = self.kv_lora_rank or 0
+            if self.q_lora_rank:  # q_a, q_a_norm, q_b
+                q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * a * (nope + rope)
+            else:
+                q = h * a * (nope + rope)
+            kv_p = h * (kv_rank + rope) + kv_rank + kv_rank * a * (nope + v)
+            return q + kv_p + a * v * h
+        params = h * a * d + 2 * h * kv * d + a * d * h
+        if self.attention_bias or self.linear_bias:
+            params += a * d + 2 * kv * d
+        if self.linear_bias:
+            params += h
+        return params
+
+    def mlp_params(self, ffn: int) -> int:
+        """Parameters of one MLP with hidden size `ffn` (weights and biases)."""
+        h = self.hidden_size
+        mats = 3 if self.activation == "swiglu" else 2
+        params = mats * h * ffn
+        if self.linear_bias:
+            params += (mats - 1) * ffn + h
+        return params
+
+    @property
+    def dense_mlp_params(self) -> int:
+        return self.mlp_params(self.intermediate_size)
+
+    @property
+    def moe_mlp_params(self) -> int:
+        """All experts (routed + shared) and the router of one MoE layer."""
+        experts = (self.num_experts + self.num_shared_experts) * self.mlp_params(self.expert_ffn)
+        return experts + self.hidden_size * self.num_experts
+
+    @property
+    def moe_mlp_active_params(self) -> int:
+        """Parameters one token touches in an MoE layer: top-k routed + shared + router."""
+        used = self.num_experts_per_tok + self.num_shared_experts
+        return used * self.mlp_params(self.expert_ffn) + self.hidden_size * self.num_experts
+
+    def layer_params(self, i: int) -> int:
+        """All parameters of layer i, norms included."""
+        mlp = self.moe_mlp_params if self.is_moe_layer(i) else self.dense_mlp_params
+        return self.attention_params + mlp + 2 * self._norm_params
+
+    def layer_active_params(self, i: int) -> int:
+        mlp = self.moe_mlp_active_params if self.is_moe_layer(i) else self.dense_mlp_params
+        return self.attention_params + mlp + 2 * self._norm_params
+
+    @property
+    def embedding_params(self) -> int:
+        """Token embedding plus a learned position table, if any."""
+        pos = self.hidden_size * (self.max_position_embeddings or 0)
+        return self.vocab_size * self.hidden_size + (pos if self.position_embedding == "learned" else 0)
+
+    @property
+    def lm_head_params(self) -> int:
+        """Output projection (0 extra when tied to the embedding)."""
+        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+
+    @property
+    def final_norm_params(self) -> int:
+        return self._norm_params
+
+    @cached_property
+    def num_params(self) -> int:
+        """Total parameters, embeddings included."""
+        layers = sum(self.layer_params(i) for i in range(self.num_hidden_layers))
+        return layers + self.embedding_params + self.lm_head_params + self.final_norm_params
+
+    @cached_property
+    def num_active_params(self) -> int:
+        """Parameters used per token (= num_params for dense models)."""
+        layers = sum(self.layer_active_params(i) for i in range(self.num_hidden_layers))
+        return layers + self.embedding_params + self.lm_head_params + self.final_norm_params
+
+    # ---- FLOPs per token -----------------------------------------------------------------
+    @cached_property
+    def matmul_params_per_token(self) -> int:
+        """Weight elements one token multiplies through in forward: every layer's active
+        projections and the LM head (the embedding lookup is not a matmul)."""
+        layers = sum(self.layer_active_params(i) for i in range(self.num_hidden_layers))
+        norms = 2 * self._norm_params * self.num_hidden_layers
+        return layers - norms + self.vocab_size * self.hidden_size
+
+    def attention_flops_per_token(self, seq_len: int, causal: bool = False) -> float:
+        """Forward FLOP per token of the score (QK^T) and context (PV) matmuls over all layers.
+        Non-causal counts the full s x s square, as Megatron's papers do (Narayanan 2021 eq. 3:
+        the s/(6h) term); causal counts half (Megatron's current code, average_ratio 0.5)."""
+        a = self.num_attention_heads
+        if self.is_mla:
+            qk = (self.qk_nope_head_dim or 0) + (self.qk_rope_head_dim or 0)
+            v = self.v_head_dim or self.head_size
+        else:
+            qk = v = self.head_size
+        flops = 2.0 * seq_len * a * (qk + v) * self.num_hidden_layers
+        return flops / 2 if causal else flops
+
+    def forward_flops_per_token(self, seq_len: int, causal: bool = False) -> float:
+        """Model FLOP per token for one forward pass: 2 per weight multiply-add plus attention."""
+        return 2.0 * self.matmul_params_per_token + self.attention_flops_per_token(seq_len, causal)
+
+    def train_flops_per_token(self, seq_len: int, causal: bool = False) -> float:
+        """Model FLOP per token for forward + backward (backward = 2x forward), no recompute."""
+        return 3.0 * self.forward_flops_per_token(seq_len, causal)
