@@ -20,7 +20,15 @@ class ModelSpec(BaseModel):
 
     name: str = Field(description="Registry name, e.g. 'llama2-70b' (the YAML file's stem).")
     aliases: list[str] = Field(default_factory=list, description="Other names that resolve here.")
-    source: str = Field(default="", description="Citation for the architecture and the published size.")
+    description: str = Field(default="", description="The model in words (family, release, notes).")
+    source: str = Field(
+        default="",
+        description="Citations: the architecture (paper, HF config.json), the published size and "
+        "the default seq_len / global_batch.",
+    )
+    hf_repo: str | None = Field(
+        default=None, description="HuggingFace repo whose config.json this spec matches, if any."
+    )
     published_params_b: float | None = Field(
         default=None, description="Published total parameter count, billions (from `source`)."
     )
@@ -35,12 +43,19 @@ class ModelSpec(BaseModel):
         default=None, description="Key/value heads (GQA/MQA); None means = num_attention_heads."
     )
     head_dim: PositiveInt | None = Field(
-        default=None, description="Per-head dimension; None means hidden_size / num_attention_heads."
+        default=None,
+        description="Per-head dimension; None means hidden_size / num_attention_heads.",
     )
-    intermediate_size: PositiveInt = Field(description="Dense MLP hidden size (ffn), elements.")
+    intermediate_size: PositiveInt = Field(
+        description="Dense MLP hidden size (ffn), elements; Mixtral's expert size."
+    )
     vocab_size: PositiveInt = Field(description="Vocabulary size V (padded as trained).")
-    activation: Activation = Field(description="MLP type: gelu (2 matrices) or swiglu (3 matrices).")
-    norm: Norm = Field(default="rmsnorm", description="Normalization: layernorm (weight+bias) or rmsnorm.")
+    activation: Activation = Field(
+        description="MLP type: gelu or squared_relu (2 matrices), swiglu (any gated MLP, 3)."
+    )
+    norm: Norm = Field(
+        default="rmsnorm", description="Normalization: layernorm (weight+bias) or rmsnorm."
+    )
     tie_word_embeddings: bool = Field(default=False, description="LM head shares the embedding.")
     position_embedding: PositionEmbedding = Field(default="rope", description="Position encoding.")
     max_position_embeddings: PositiveInt | None = Field(
@@ -53,7 +68,9 @@ class ModelSpec(BaseModel):
 
     # Mixture of experts (0 experts = dense).
     num_experts: NonNegativeInt = Field(default=0, description="Routed experts per MoE layer.")
-    num_experts_per_tok: NonNegativeInt = Field(default=0, description="Routed experts per token (top-k).")
+    num_experts_per_tok: NonNegativeInt = Field(
+        default=0, description="Routed experts per token (top-k)."
+    )
     moe_intermediate_size: PositiveInt | None = Field(
         default=None, description="Hidden size of one expert's MLP; None means intermediate_size."
     )
@@ -63,17 +80,31 @@ class ModelSpec(BaseModel):
     first_k_dense_replace: NonNegativeInt = Field(
         default=0, description="The first k layers are dense even in an MoE model (DeepSeek)."
     )
-    moe_layer_freq: PositiveInt = Field(default=1, description="Every n-th layer (after the first k) is MoE.")
+    moe_layer_freq: PositiveInt = Field(
+        default=1, description="Every n-th layer (after the first k) is MoE."
+    )
 
     # Multi-head latent attention (DeepSeek-V2/V3); all None for ordinary attention.
-    q_lora_rank: PositiveInt | None = Field(default=None, description="MLA query low-rank size.")
-    kv_lora_rank: PositiveInt | None = Field(default=None, description="MLA key/value low-rank size.")
-    qk_nope_head_dim: PositiveInt | None = Field(default=None, description="MLA non-rotary q/k head dim.")
-    qk_rope_head_dim: PositiveInt | None = Field(default=None, description="MLA rotary q/k head dim.")
+    q_lora_rank: PositiveInt | None = Field(
+        default=None, description="MLA query low-rank size; None = full-rank q_proj."
+    )
+    kv_lora_rank: PositiveInt | None = Field(
+        default=None, description="MLA key/value low-rank size; set = the model uses MLA."
+    )
+    qk_nope_head_dim: PositiveInt | None = Field(
+        default=None, description="MLA non-rotary q/k head dim."
+    )
+    qk_rope_head_dim: PositiveInt | None = Field(
+        default=None, description="MLA rotary q/k head dim (one rotary key shared by all heads)."
+    )
     v_head_dim: PositiveInt | None = Field(default=None, description="MLA value head dim.")
 
-    seq_len: PositiveInt = Field(default=4096, description="Default sequence length of a job, tokens.")
-    global_batch: PositiveInt = Field(default=512, description="Default sequences per optimizer step.")
+    seq_len: PositiveInt = Field(
+        default=4096, description="Default sequence length of a job, tokens (as trained)."
+    )
+    global_batch: PositiveInt = Field(
+        default=512, description="Default sequences per optimizer step (as trained)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -86,6 +117,11 @@ class ModelSpec(BaseModel):
             raise ValueError("num_experts_per_tok must be in 1..num_experts for an MoE model")
         if self.position_embedding == "learned" and self.max_position_embeddings is None:
             raise ValueError("learned position embeddings need max_position_embeddings")
+        mla_dims = (self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
+        if self.is_mla and None in mla_dims:
+            raise ValueError(
+                "MLA (kv_lora_rank) needs qk_nope_head_dim, qk_rope_head_dim and v_head_dim"
+            )
         return self
 
     # ---- shape helpers -------------------------------------------------------------------
@@ -130,50 +166,69 @@ class ModelSpec(BaseModel):
         return 2 * self.hidden_size if self.norm == "layernorm" else self.hidden_size
 
     @property
-    def attention_params(self) -> int:
-        """Parameters of one attention block (projections and their biases), no norm."""
+    def attention_matmul_params(self) -> int:
+        """Weight elements of one attention block's projections (q, k, v, out; MLA's low-rank
+        down/up projections), no biases or norms."""
         h, d = self.hidden_size, self.head_size
         a, kv = self.num_attention_heads, self.kv_heads
         if self.is_mla:
-            nope, rope, v = self.qk_nope_head_dim or 0, self.qk_rope_head_dim or 0, self.v_head_dim or d
+            nope, rope = self.qk_nope_head_dim or 0, self.qk_rope_head_dim or 0
+            v = self.v_head_dim or d
             kv_rank = self.kv_lora_rank or 0
-            if self.q_lora_rank:  # q_a, q_a_norm, q_b
-                q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * a * (nope + rope)
-            else:
+            if self.q_lora_rank:  # q_a_proj, q_b_proj
+                q = h * self.q_lora_rank + self.q_lora_rank * a * (nope + rope)
+            else:  # q_proj
                 q = h * a * (nope + rope)
-            kv_p = h * (kv_rank + rope) + kv_rank + kv_rank * a * (nope + v)
-            return q + kv_p + a * v * h
-        params = h * a * d + 2 * h * kv * d + a * d * h
+            # kv_a_proj_with_mqa (compressed kv + shared rope key), kv_b_proj, o_proj
+            return q + h * (kv_rank + rope) + kv_rank * a * (nope + v) + a * v * h
+        return h * a * d + 2 * h * kv * d + a * d * h
+
+    @property
+    def attention_params(self) -> int:
+        """Parameters of one attention block (projections, their biases, MLA's inner norms);
+        the pre-attention norm is counted in layer_params."""
+        params = self.attention_matmul_params
+        if self.is_mla:  # q_a_layernorm, kv_a_layernorm (RMSNorm weights)
+            return params + (self.q_lora_rank or 0) + (self.kv_lora_rank or 0)
+        d, a, kv = self.head_size, self.num_attention_heads, self.kv_heads
         if self.attention_bias or self.linear_bias:
             params += a * d + 2 * kv * d
         if self.linear_bias:
-            params += h
+            params += self.hidden_size
         return params
+
+    def mlp_matmul_params(self, ffn: int) -> int:
+        """Weight elements of one MLP with hidden size `ffn` (2 matrices, 3 when gated)."""
+        return (3 if self.activation == "swiglu" else 2) * self.hidden_size * ffn
 
     def mlp_params(self, ffn: int) -> int:
         """Parameters of one MLP with hidden size `ffn` (weights and biases)."""
-        h = self.hidden_size
-        mats = 3 if self.activation == "swiglu" else 2
-        params = mats * h * ffn
-        if self.linear_bias:
-            params += (mats - 1) * ffn + h
+        params = self.mlp_matmul_params(ffn)
+        if self.linear_bias:  # up (and gate) biases of size ffn, down bias of size h
+            params += (2 if self.activation == "swiglu" else 1) * ffn + self.hidden_size
         return params
 
     @property
     def dense_mlp_params(self) -> int:
+        """Parameters of one dense (non-MoE) MLP."""
         return self.mlp_params(self.intermediate_size)
 
     @property
     def moe_mlp_params(self) -> int:
         """All experts (routed + shared) and the router of one MoE layer."""
         experts = (self.num_experts + self.num_shared_experts) * self.mlp_params(self.expert_ffn)
-        return experts + self.hidden_size * self.num_experts
+        return experts + self.router_params
+
+    @property
+    def router_params(self) -> int:
+        """Router (gate) weights of one MoE layer: hidden_size x num_experts."""
+        return self.hidden_size * self.num_experts
 
     @property
     def moe_mlp_active_params(self) -> int:
         """Parameters one token touches in an MoE layer: top-k routed + shared + router."""
         used = self.num_experts_per_tok + self.num_shared_experts
-        return used * self.mlp_params(self.expert_ffn) + self.hidden_size * self.num_experts
+        return used * self.mlp_params(self.expert_ffn) + self.router_params
 
     def layer_params(self, i: int) -> int:
         """All parameters of layer i, norms included."""
@@ -181,14 +236,17 @@ class ModelSpec(BaseModel):
         return self.attention_params + mlp + 2 * self._norm_params
 
     def layer_active_params(self, i: int) -> int:
+        """Parameters of layer i one token uses (top-k + shared experts of an MoE layer)."""
         mlp = self.moe_mlp_active_params if self.is_moe_layer(i) else self.dense_mlp_params
         return self.attention_params + mlp + 2 * self._norm_params
 
     @property
     def embedding_params(self) -> int:
         """Token embedding plus a learned position table, if any."""
-        pos = self.hidden_size * (self.max_position_embeddings or 0)
-        return self.vocab_size * self.hidden_size + (pos if self.position_embedding == "learned" else 0)
+        tokens = self.vocab_size * self.hidden_size
+        if self.position_embedding == "learned":
+            return tokens + self.hidden_size * (self.max_position_embeddings or 0)
+        return tokens
 
     @property
     def lm_head_params(self) -> int:
@@ -197,6 +255,7 @@ class ModelSpec(BaseModel):
 
     @property
     def final_norm_params(self) -> int:
+        """The norm after the last layer."""
         return self._norm_params
 
     @cached_property
@@ -211,14 +270,26 @@ class ModelSpec(BaseModel):
         layers = sum(self.layer_active_params(i) for i in range(self.num_hidden_layers))
         return layers + self.embedding_params + self.lm_head_params + self.final_norm_params
 
+    @property
+    def non_embedding_params(self) -> int:
+        """Total parameters less the token/position embedding and an untied LM head."""
+        return self.num_params - self.embedding_params - self.lm_head_params
+
     # ---- FLOPs per token -----------------------------------------------------------------
     @cached_property
     def matmul_params_per_token(self) -> int:
-        """Weight elements one token multiplies through in forward: every layer's active
-        projections and the LM head (the embedding lookup is not a matmul)."""
-        layers = sum(self.layer_active_params(i) for i in range(self.num_hidden_layers))
-        norms = 2 * self._norm_params * self.num_hidden_layers
-        return layers - norms + self.vocab_size * self.hidden_size
+        """Weight elements one token multiplies through in forward: every layer's attention
+        projections, its dense MLP or top-k + shared experts and the router, and the LM head
+        (tied or not). Biases, norms and the embedding lookup are not matmuls."""
+        total = 0
+        for i in range(self.num_hidden_layers):
+            if self.is_moe_layer(i):
+                used = self.num_experts_per_tok + self.num_shared_experts
+                mlp = used * self.mlp_matmul_params(self.expert_ffn) + self.router_params
+            else:
+                mlp = self.mlp_matmul_params(self.intermediate_size)
+            total += self.attention_matmul_params + mlp
+        return total + self.vocab_size * self.hidden_size
 
     def attention_flops_per_token(self, seq_len: int, causal: bool = False) -> float:
         """Forward FLOP per token of the score (QK^T) and context (PV) matmuls over all layers.
