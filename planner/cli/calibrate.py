@@ -1,12 +1,79 @@
-"""`planner calibrate` (placeholder until its issue lands)."""
+"""`planner calibrate`: fit a GPU profile to measured step times.
+
+    planner calibrate --runs runs.jsonl --profile cpu.yaml --out cpu-fitted.yaml
+    planner calibrate --runs my_cluster_logs.csv --profile H100 --out h100-fitted.yaml
+    planner calibrate --runs runs.csv --profile A100 --out a.yaml --fit gemm_scale,dp_overlap
+
+--runs takes the JSON-lines records of `planner validate` or a CSV with the columns of
+published_runs.csv (your own training logs). Prints the step-time error per run and overall,
+before and after the fit and cross-validated, and writes the fitted profile atomically.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from planner.cli.app import app
-from planner.errors import PlannerError
+
+RunsOpt = Annotated[Path, typer.Option(
+    "--runs", help="validate records (.jsonl) or a runs table (.csv).")]
+BaseProfileOpt = Annotated[str, typer.Option(
+    "--profile", help="GPU profile to start from: built-in name or YAML.")]
+OutOpt = Annotated[Path, typer.Option("--out", help="Write the fitted profile here (YAML).")]
+FitOpt = Annotated[str | None, typer.Option(
+    "--fit", help="Comma-separated parameters to fit (default: every one the runs move).")]
+SourceOpt = Annotated[list[str] | None, typer.Option(
+    "--source", help="Use only rows of this source_id (repeatable; tables).")]
+CvOpt = Annotated[bool, typer.Option("--cv/--no-cv", help="Cross-validate (leave-one-out).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")]
 
 
-@app.command("calibrate", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def calibrate_cmd(ctx: typer.Context) -> None:
-    """Not implemented yet."""
-    raise PlannerError("'planner calibrate' is not implemented yet")
+@app.command("calibrate")
+def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitOpt = None,
+                  source: SourceOpt = None, cv: CvOpt = True, json_out: JsonOpt = False) -> None:
+    """Fit the profile's efficiency parameters to measured runs and write a new profile."""
+    import json
+
+    from rich.console import Console
+
+    from planner.calibrate import calibrate, profile_yaml
+    from planner.calibrate.report import fit_summary, print_fit
+    from planner.errors import SpecError
+    from planner.io import write_text_atomic
+    from planner.registry import load_gpu
+    from planner.runs import load_runs
+
+    gpu = load_gpu(profile)
+    measured, skipped = load_runs(runs, gpu)
+    if source:
+        measured = [r for r in measured if r.source_id in source]
+    measured = matching_gpu(measured, gpu)
+    if not measured:
+        reasons = sorted({s.reason for s in skipped})[:3]
+        raise SpecError(f"{runs}: no usable run for profile {gpu.name}"
+                        + (f" ({'; '.join(reasons)})" if reasons else ""))
+    names = [n.strip() for n in fit.split(",") if n.strip()] if fit else None
+    result = calibrate(gpu, [r.with_gpu(gpu) for r in measured], names=names, cross_validate=cv)
+    write_text_atomic(out, profile_yaml(result.profile))
+    if json_out:
+        typer.echo(json.dumps(fit_summary(result, skipped), indent=2))
+        return
+    console = Console()
+    print_fit(result, console, skipped)
+    console.print(f"wrote {out}")
+
+
+def matching_gpu(runs, gpu):  # noqa: ANN001, ANN201 - list[MeasuredRun] in and out
+    """The runs measured on `gpu`'s type (by registry name or alias); all of them when the runs
+    name a single GPU type (a user's own logs, validate records)."""
+    types = {r.cluster.gpu.name for r in runs}
+    if len(types) <= 1:
+        return list(runs)
+    names = {gpu.name.lower(), *(a.lower() for a in gpu.aliases)}
+    base = str(gpu.provenance.get("base_profile", "")).lower() if gpu.provenance else ""
+    if base:
+        names.add(base)
+    return [r for r in runs if r.cluster.gpu.name.lower() in names]

@@ -1,0 +1,356 @@
+"""Fit a GPU profile's efficiency parameters to measured step times.
+
+Robust nonlinear least squares (scipy.optimize.least_squares, soft-L1 loss) on the log ratio
+log(predicted / measured) of every run, the prediction being the cost model's step time with the
+trial profile. Parameters live in physical bounds (no efficiency above 1) and are fitted in a unit
+box (log-spaced for scales and latencies); a weak prior pulls each parameter toward the stock value
+so a parameter the runs do not constrain stays where its source put it. Parameters that change no
+run's prediction are frozen before the fit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from planner.errors import PlannerError
+from planner.layout import Layout
+from planner.runs import MeasuredRun
+from planner.specs import Curve, GpuProfile
+
+# soft-L1 switches from quadratic to linear at a 5% log error: one bad run (a noisy BLOOM
+# snapshot, a straggler) cannot drag the fit. Weight of the stock-value prior, in log-error units
+# per unit-box distance (moving a parameter across its whole range costs as much as 2% on one run).
+ROBUST_SCALE = 0.05
+PRIOR_WEIGHT = 0.02
+SENSITIVITY_STEP = 0.05  # unit-box step for the frozen-parameter test
+MIN_SENSITIVITY = 1e-4  # |d log t| below which a parameter does not move any run
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One fitted parameter: bounds in its own unit, log-spaced or linear in the unit box."""
+
+    name: str
+    lo: float
+    hi: float
+    log: bool
+    doc: str
+
+    def to_value(self, u: float) -> float:
+        if self.log:
+            return math.exp(math.log(self.lo) + u * (math.log(self.hi) - math.log(self.lo)))
+        return self.lo + u * (self.hi - self.lo)
+
+    def to_unit(self, value: float) -> float:
+        value = min(max(value, self.lo), self.hi)
+        if self.log:
+            return (math.log(value) - math.log(self.lo)) / (math.log(self.hi) - math.log(self.lo))
+        return (value - self.lo) / (self.hi - self.lo)
+
+
+def knobs_for(profile: GpuProfile) -> list[Knob]:
+    """The fittable parameters of `profile` and their physical bounds."""
+    top_gemm = max(y for _, y in profile.gemm_efficiency.points)
+    knobs = [
+        Knob("gemm_scale", 0.1, 1.0 / top_gemm, True,
+             "factor on the GEMM efficiency curve (capped so no point exceeds 1)"),
+        Knob("gemm_size_log2", -8.0, 8.0, False,
+             "size dependence: the curve's x moves by 2^k FLOP (k > 0: bigger GEMMs needed)"),
+        Knob("attention_efficiency", 0.05, 1.0, True, "fraction of peak for fused attention"),
+        Knob("hbm_efficiency", 0.2, 1.0, True, "achieved fraction of the HBM spec"),
+        Knob("intra_bw_scale", 0.02, 2.0, True, "factor on the scale-up busbw curve"),
+        Knob("intra_latency_us", 0.1, 500.0, True, "scale-up per-step latency, us"),
+        Knob("inter_bw_scale", 0.02, 2.0, True, "factor on the scale-out busbw curve"),
+        Knob("inter_latency_us", 0.1, 500.0, True, "scale-out per-step latency, us"),
+        Knob("dp_overlap", 0.0, 1.0, False, "fraction of DP communication hidden by backward"),
+        Knob("step_overhead_s", 0.0, 30.0, False, "fixed per-step overhead, s"),
+    ]
+    if profile.fp8_gemm_efficiency is not None:
+        top8 = max(y for _, y in profile.fp8_gemm_efficiency.points)
+        knobs.insert(1, Knob("fp8_gemm_scale", 0.1, 1.0 / top8, True,
+                             "factor on the FP8 GEMM efficiency curve"))
+    return knobs
+
+
+def stock_values(profile: GpuProfile) -> dict[str, float]:
+    """The knob values that reproduce `profile` unchanged."""
+    return {
+        "gemm_scale": 1.0, "fp8_gemm_scale": 1.0, "gemm_size_log2": 0.0,
+        "attention_efficiency": min(profile.attention_efficiency, 1.0),
+        "hbm_efficiency": profile.hbm_efficiency,
+        "intra_bw_scale": 1.0, "intra_latency_us": profile.intra_node.latency_us,
+        "inter_bw_scale": 1.0, "inter_latency_us": profile.inter_node.latency_us,
+        "dp_overlap": profile.dp_overlap, "step_overhead_s": profile.step_overhead_s,
+    }
+
+
+def _scaled(curve: Curve, y_factor: float, x_factor: float = 1.0,
+            cap: float | None = None) -> Curve:
+    points = [(x * x_factor, y * y_factor if cap is None else min(cap, y * y_factor))
+              for x, y in curve.points]
+    return Curve(points=points, source=curve.source)
+
+
+def apply_values(profile: GpuProfile, values: dict[str, float]) -> GpuProfile:
+    """`profile` with the knob values applied (missing knobs keep the profile's value)."""
+    v = {**stock_values(profile), **values}
+    size = 2.0 ** v["gemm_size_log2"]
+    update: dict[str, Any] = {
+        "gemm_efficiency": _scaled(profile.gemm_efficiency, v["gemm_scale"], size, cap=1.0),
+        "attention_efficiency": v["attention_efficiency"],
+        "hbm_efficiency": v["hbm_efficiency"],
+        "dp_overlap": v["dp_overlap"],
+        "step_overhead_s": v["step_overhead_s"],
+        "intra_node": profile.intra_node.model_copy(update={
+            "busbw_gb_per_s": _scaled(profile.intra_node.busbw_gb_per_s, v["intra_bw_scale"]),
+            "latency_us": v["intra_latency_us"]}),
+        "inter_node": profile.inter_node.model_copy(update={
+            "busbw_gb_per_s": _scaled(profile.inter_node.busbw_gb_per_s, v["inter_bw_scale"]),
+            "latency_us": v["inter_latency_us"]}),
+    }
+    if profile.fp8_gemm_efficiency is not None:
+        update["fp8_gemm_efficiency"] = _scaled(profile.fp8_gemm_efficiency, v["fp8_gemm_scale"],
+                                                size, cap=1.0)
+    return profile.model_copy(update=update)
+
+
+# ---- predictions --------------------------------------------------------------------------------
+
+Predictor = Callable[[GpuProfile, Sequence[MeasuredRun], Sequence[Layout]], np.ndarray]
+
+
+def predict_step_times(profile: GpuProfile, runs: Sequence[MeasuredRun],
+                       layouts: Sequence[Layout]) -> np.ndarray:
+    """Cost-model step time (s) of each run's layout on `profile`, one estimate_batch call per
+    (model, cluster shape, job) group."""
+    from planner.costmodel import estimate_batch
+
+    out = np.empty(len(runs))
+    groups: dict[tuple, list[int]] = {}
+    for i, run in enumerate(runs):
+        key = (id(run.model), run.cluster.num_nodes, run.cluster.gpus_per_node, run.job)
+        groups.setdefault(key, []).append(i)
+    for idx in groups.values():
+        run = runs[idx[0]]
+        cluster = run.cluster.model_copy(update={"gpu": profile})
+        cols = estimate_batch(run.model, cluster, run.job, [layouts[i] for i in idx])
+        out[idx] = np.asarray(cols["step_time_s"], dtype=float)
+    return out
+
+
+def resolve_layout(run: MeasuredRun, profile: GpuProfile | None = None) -> Layout | None:
+    """The run's layout: its own when every knob is known, else the search's best layout with
+    the run's knobs pinned (the published runs were tuned; the fastest consistent layout is the
+    best guess). None when nothing fits."""
+    if run.layout is not None:
+        return run.layout
+    from planner.errors import InfeasibleError
+    from planner.search import solve
+
+    cluster = run.cluster if profile is None else run.cluster.model_copy(update={"gpu": profile})
+    try:
+        plans = solve(run.model, cluster, run.job, dict(run.pins), top_k=1)
+    except InfeasibleError:
+        return None
+    return plans[0].layout if plans else None
+
+
+# ---- the fit ----------------------------------------------------------------------------------
+
+@dataclass
+class FitResult:
+    """A fitted profile and the errors that go with it (relative errors = pred/measured - 1)."""
+
+    base: GpuProfile
+    profile: GpuProfile
+    values: dict[str, float]
+    fitted: list[str]
+    runs: list[MeasuredRun]
+    layouts: list[Layout]
+    measured: np.ndarray
+    pred_before: np.ndarray
+    pred_after: np.ndarray
+    pred_cv: np.ndarray | None = None
+    cv_method: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def err_before(self) -> np.ndarray:
+        return self.pred_before / self.measured - 1
+
+    @property
+    def err_after(self) -> np.ndarray:
+        return self.pred_after / self.measured - 1
+
+    @property
+    def err_cv(self) -> np.ndarray | None:
+        return None if self.pred_cv is None else self.pred_cv / self.measured - 1
+
+    @property
+    def rel_error_sigma(self) -> float:
+        """1-sigma relative step-time error for prediction bands: robust spread (1.4826 x median
+        absolute log residual) of the cross-validated residuals, in-sample when there is no CV."""
+        pred = self.pred_cv if self.pred_cv is not None else self.pred_after
+        return float(1.4826 * np.median(np.abs(np.log(pred / self.measured))))
+
+
+def _unit_bounds(knobs: Sequence[Knob]) -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(len(knobs)), np.ones(len(knobs))
+
+
+def _frozen_out(knobs: list[Knob], u0: np.ndarray, base_pred: np.ndarray, runs, layouts,
+                profile: GpuProfile, predict: Predictor) -> list[int]:
+    """Indices of the knobs that move at least one run's predicted step time."""
+    active = []
+    for j, knob in enumerate(knobs):
+        step = SENSITIVITY_STEP if u0[j] < 0.5 else -SENSITIVITY_STEP
+        u = min(1.0, max(0.0, u0[j] + step))
+        trial = apply_values(profile, {knob.name: knob.to_value(u)})
+        change = np.abs(np.log(predict(trial, runs, layouts) / base_pred))
+        if np.nanmax(change) > MIN_SENSITIVITY:
+            active.append(j)
+    return active
+
+
+def fit_values(profile: GpuProfile, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
+               measured: np.ndarray, names: Sequence[str] | None = None,
+               predict: Predictor = predict_step_times) -> tuple[dict[str, float], list[str]]:
+    """Fit the knobs to the runs; returns (all knob values, names of the fitted ones)."""
+    from scipy.optimize import least_squares
+
+    knobs = [k for k in knobs_for(profile) if names is None or k.name in names]
+    if names is not None:
+        unknown = set(names) - {k.name for k in knobs_for(profile)}
+        if unknown:
+            raise PlannerError(f"unknown fit parameter(s): {', '.join(sorted(unknown))}; known: "
+                               + ", ".join(k.name for k in knobs_for(profile)))
+    stock = stock_values(profile)
+    u0 = np.array([k.to_unit(stock[k.name]) for k in knobs])
+    base_pred = predict(profile, runs, layouts)
+    active = _frozen_out(knobs, u0, base_pred, runs, layouts, profile, predict)
+    if not active:
+        return {k.name: stock[k.name] for k in knobs}, []
+    act = [knobs[j] for j in active]
+    ua0 = u0[active]
+    log_meas = np.log(measured)
+
+    def values_of(ua: np.ndarray) -> dict[str, float]:
+        return {k.name: k.to_value(float(u)) for k, u in zip(act, ua, strict=True)}
+
+    def residuals(ua: np.ndarray) -> np.ndarray:
+        pred = predict(apply_values(profile, values_of(ua)), runs, layouts)
+        data = np.log(np.maximum(pred, 1e-12)) - log_meas
+        return np.concatenate([data, PRIOR_WEIGHT * (ua - ua0)])
+
+    result = least_squares(residuals, ua0, bounds=(np.zeros(len(act)), np.ones(len(act))),
+                           loss="soft_l1", f_scale=ROBUST_SCALE, diff_step=1e-3, x_scale=1.0,
+                           max_nfev=200 * (len(act) + 1))
+    values = {k.name: stock[k.name] for k in knobs}
+    values.update(values_of(result.x))
+    return values, [k.name for k in act]
+
+
+def _cv_folds(n: int, max_loo: int) -> tuple[list[np.ndarray], str]:
+    if n <= max_loo:
+        return [np.array([i]) for i in range(n)], "leave-one-out"
+    k = 10
+    return [np.arange(n)[i::k] for i in range(k)], f"{k}-fold"
+
+
+def calibrate(profile: GpuProfile, runs: Sequence[MeasuredRun], *,
+              layouts: Sequence[Layout | None] | None = None, names: Sequence[str] | None = None,
+              cross_validate: bool = True, max_loo: int = 40,
+              predict: Predictor = predict_step_times) -> FitResult:
+    """Fit `profile` to the measured step times of `runs` (OOM labels and runs whose layout is
+    unknown and unresolvable are left out, with a note). `layouts` (one per run) skips the search
+    for runs whose knobs are incomplete. Cross-validation refits without each held-out run (or
+    fold) and predicts it."""
+    notes: list[str] = []
+    if layouts is None:
+        layouts = [None if r.oom else resolve_layout(r, profile) for r in runs]
+    kept = [(r, lay) for r, lay in zip(runs, layouts, strict=True)
+            if not r.oom and lay is not None and r.measured_step_time_s]
+    if len(kept) < len(runs):
+        notes.append(f"{len(runs) - len(kept)} run(s) left out (OOM labels or no layout fits)")
+    if not kept:
+        raise PlannerError("no run with a measured step time to calibrate on")
+    fit_runs = [r for r, _ in kept]
+    fit_layouts = [lay for _, lay in kept]
+    measured = np.array([r.measured_step_time_s for r in fit_runs], dtype=float)
+    pred_before = predict(profile, fit_runs, fit_layouts)
+    values, fitted = fit_values(profile, fit_runs, fit_layouts, measured, names, predict)
+    new = apply_values(profile, values)
+    pred_after = predict(new, fit_runs, fit_layouts)
+    pred_cv, method = None, ""
+    if cross_validate and len(fit_runs) >= 3:
+        folds, method = _cv_folds(len(fit_runs), max_loo)
+        pred_cv = np.empty(len(fit_runs))
+        for held in folds:
+            train = np.setdiff1d(np.arange(len(fit_runs)), held)
+            tr_runs = [fit_runs[i] for i in train]
+            tr_lay = [fit_layouts[i] for i in train]
+            v, _ = fit_values(profile, tr_runs, tr_lay, measured[train], names, predict)
+            pred_cv[held] = predict(apply_values(profile, v), [fit_runs[i] for i in held],
+                                    [fit_layouts[i] for i in held])
+    elif cross_validate:
+        notes.append("cross-validation needs at least 3 runs")
+    result = FitResult(profile, new, values, fitted, fit_runs, fit_layouts, measured, pred_before,
+                       pred_after, pred_cv, method, notes)
+    result.profile = _with_provenance(new, result)
+    return result
+
+
+def _summary(err: np.ndarray | None) -> dict[str, float] | None:
+    if err is None:
+        return None
+    a = np.abs(err)
+    return {"median": round(float(np.median(a)), 4), "p90": round(float(np.percentile(a, 90)), 4)}
+
+
+def _with_provenance(profile: GpuProfile, fit: FitResult) -> GpuProfile:
+    date = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    provenance = {
+        "calibrated_by": "planner calibrate",
+        "date": date,
+        "base_profile": fit.base.name,
+        "method": f"scipy least_squares soft_l1 (f_scale {ROBUST_SCALE}) on log(pred/measured), "
+                  f"prior weight {PRIOR_WEIGHT}",
+        "fitted": {k: round(fit.values[k], 6) for k in fit.fitted},
+        "runs": [r.run_id for r in fit.runs],
+        "residuals": {r.run_id: round(float(e), 4) for r, e in zip(fit.runs, fit.err_after,
+                                                                    strict=True)},
+        "rel_error_before": _summary(fit.err_before),
+        "rel_error_after": _summary(fit.err_after),
+        "rel_error_cv": _summary(fit.err_cv),
+        "cv_method": fit.cv_method,
+        "previous": fit.base.provenance or None,
+    }
+    field_of = {"gemm_scale": "gemm_efficiency", "gemm_size_log2": "gemm_efficiency",
+                "fp8_gemm_scale": "fp8_gemm_efficiency", "intra_bw_scale": "intra_node",
+                "intra_latency_us": "intra_node", "inter_bw_scale": "inter_node",
+                "inter_latency_us": "inter_node"}
+    sources = dict(profile.sources)
+    for name in fit.fitted:
+        key = field_of.get(name, name)
+        sources[key] = (f"fitted by planner calibrate on {len(fit.runs)} runs ({date}); was: "
+                        + fit.base.sources.get(key, "stock value"))[:500]
+    sources["step_time_rel_error"] = f"robust spread of the {fit.cv_method or 'in-sample'} " \
+                                     f"residuals of {len(fit.runs)} runs ({date})"
+    return profile.model_copy(update={
+        "provenance": provenance, "sources": sources,
+        "step_time_rel_error": round(fit.rel_error_sigma, 4),
+    })
+
+
+def profile_yaml(profile: GpuProfile) -> str:
+    """The profile as YAML in the GpuProfile schema (loadable by `--profile`)."""
+    import yaml
+
+    data = profile.model_dump(mode="json")
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)

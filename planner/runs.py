@@ -1,0 +1,377 @@
+"""Measured training runs, one type for every origin: rows of a table with the columns of
+../shared/calibration/published_runs.csv (the published runs, or a user's own training logs) and
+the JSON-lines records `planner validate` appends.
+
+A MeasuredRun holds what a prediction needs (ModelSpec, ClusterSpec, JobSpec), the layout knobs
+the run states (`pins`; a missing knob is unknown, not a default) and what was measured: the step
+time in seconds, or `oom` when the layout did not fit in memory.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner.errors import PlannerError, SpecError
+from planner.layout import Layout
+from planner.specs import ClusterSpec, GpuProfile, JobSpec, ModelSpec
+
+LAYOUT_KNOBS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp")
+PUBLISHED_RUNS_CSV = Path("/work/shared/calibration/published_runs.csv")
+# GPT-2/GPT-3 BPE vocabulary (Brown et al. 2020, which reuses GPT-2's tokenizer): the published
+# tables of GPT-3-style runs often omit the vocabulary.
+GPT_VOCAB = 50257
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """One measured configuration. `measured_step_time_s` is seconds per optimizer step (None for
+    an out-of-memory label); `pins` maps layout knob names to the values the run states."""
+
+    run_id: str
+    source_id: str
+    model: ModelSpec
+    cluster: ClusterSpec
+    job: JobSpec
+    pins: dict[str, Any]
+    measured_step_time_s: float | None
+    oom: bool = False
+    quality: str = "A"
+    gpu_type: str = ""
+    notes: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def layout(self) -> Layout | None:
+        """The full layout when every knob is known (or has a single possible value), else None."""
+        pins = dict(self.pins)
+        if not self.model.is_moe:
+            pins.setdefault("ep", 1)
+        if pins.get("pp", 1) == 1:
+            pins.setdefault("vpp", 1)
+        if pins.get("tp", 1) == 1:
+            pins.setdefault("sp", False)
+        if any(k not in pins for k in LAYOUT_KNOBS):
+            return None
+        return Layout(**{k: pins[k] for k in LAYOUT_KNOBS})
+
+    def with_gpu(self, gpu: GpuProfile) -> MeasuredRun:
+        """The same run predicted with another GPU profile (node shape kept)."""
+        from dataclasses import replace
+
+        return replace(self, cluster=self.cluster.model_copy(update={"gpu": gpu}))
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A row that cannot be predicted, and why (one line)."""
+
+    run_id: str
+    source_id: str
+    reason: str
+
+
+# ---- published_runs.csv columns ---------------------------------------------------------------
+
+def _num(value: Any) -> float | None:
+    """A float, or None for an empty cell."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value == "":
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _int(value: Any) -> int | None:
+    x = _num(value)
+    return None if x is None else int(round(x))
+
+
+def gpu_name_of(gpu_type: str) -> str:
+    """Registry lookup name of a table's GPU label: 'A100-SXM4-80GB (Jean Zay)' -> 'A100-SXM4-80GB',
+    'GB200 NVL72 (B200-class GPU)' -> 'GB200', 'B200 (DGX B200)' -> 'B200'."""
+    return gpu_type.strip().split()[0] if gpu_type.strip() else gpu_type
+
+
+def precision_of(text: str) -> str | None:
+    """The matmul precision a table's label means (bf16, fp16, fp8), None when unsupported (FP4)."""
+    t = text.lower()
+    if "fp4" in t:
+        return None
+    if "fp8" in t:
+        return "fp8"
+    if "bf16" in t:  # includes "fp16 or bf16 (not stated)": BF16 is the A100-era default
+        return "bf16"
+    if "fp16" in t:
+        return "fp16"
+    return None
+
+
+def zero_of(text: str | None) -> int | None:
+    """ZeRO stage of a table's sharding label; None when the table does not say."""
+    if not text:
+        return None
+    t = text.lower()
+    if "shard_grad_op" in t:
+        return 2  # FSDP SHARD_GRAD_OP shards gradients and optimizer state: ZeRO-2
+    if "fsdp" in t or "full_shard" in t or "zero-3" in t:
+        return 3
+    m = re.search(r"zero-(\d)", t)
+    if m:
+        return int(m.group(1))
+    return None  # e.g. "DDP + (Megatron distributed optimizer likely; not stated)"
+
+
+def recompute_of(text: str | None) -> str | None:
+    if not text:
+        return None
+    t = text.lower()
+    for value in ("none", "selective", "full"):
+        if t.startswith(value):
+            return value
+    return None
+
+
+def model_from_row(row: dict[str, Any]) -> ModelSpec:
+    """A ModelSpec from the table's architecture columns. The MLP type is not a column: both
+    candidates (SwiGLU, 3 matrices; GELU, 2) are built and the one whose parameter count is closer
+    to the row's `params_b` is kept (a 4h FFN with 2 matrices is GPT/MPT/BLOOM/Nemotron)."""
+    hidden, layers = _int(row.get("hidden")), _int(row.get("layers"))
+    ffn = _int(row.get("ffn_hidden"))
+    if not hidden or not layers or not ffn:
+        raise SpecError("row lacks hidden, layers or ffn_hidden")
+    heads = _int(row.get("heads"))
+    if heads is None:
+        m = re.search(r"NHEADS=(\d+)", str(row.get("notes", "")))
+        heads = int(m.group(1)) if m else None
+    if heads is None:
+        raise SpecError("row lacks the number of attention heads")
+    kv = _int(row.get("kv_heads")) or heads
+    vocab = _int(row.get("vocab"))
+    if vocab is None and "gpt" in str(row.get("model", "")).lower():
+        vocab = GPT_VOCAB
+    if vocab is None:
+        raise SpecError("row lacks the vocabulary size")
+    seq = _int(row.get("seq_len")) or 2048
+    base = dict(
+        name=f"{row.get('model', 'model')} (row {row.get('row_id', '?')})".strip(),
+        num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+        num_key_value_heads=kv, intermediate_size=ffn, vocab_size=vocab, seq_len=seq,
+        global_batch=_int(row.get("global_batch")) or 1,
+    )
+    try:
+        candidates = [ModelSpec(**base, activation=a) for a in ("swiglu", "gelu")]
+    except ValueError as exc:
+        raise SpecError(f"row's architecture is inconsistent: {str(exc).splitlines()[0]}") from None
+    params_b = _num(row.get("params_b"))
+    if params_b is None:
+        return candidates[1] if ffn == 4 * hidden else candidates[0]
+    return min(candidates, key=lambda m: abs(m.num_params / 1e9 - params_b))
+
+
+def step_time_of(row: dict[str, Any]) -> float | None:
+    """Measured seconds per optimizer step: the reported iteration time, else the derived one,
+    else global_batch x seq_len / (tokens/s/GPU x GPUs)."""
+    for col in ("iteration_time_s", "iteration_time_s_derived"):
+        value = _num(row.get(col))
+        if value:
+            return value
+    tps, gbs, seq, n = (_num(row.get(c)) for c in ("tokens_per_s_per_gpu", "global_batch",
+                                                    "seq_len", "num_gpus"))
+    if tps and gbs and seq and n:
+        return gbs * seq / (tps * n)
+    return None
+
+
+def is_oom_row(row: dict[str, Any]) -> bool:
+    """Rows whose notes say OOM are memory-infeasible labels (published_runs README)."""
+    return bool(re.search(r"\bOOM\b", str(row.get("notes", ""))))
+
+
+def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] | None = None,
+                 ) -> MeasuredRun:
+    """One table row -> MeasuredRun; SpecError with the reason when it cannot be predicted."""
+    from planner.registry import load_gpu, parse_cluster
+
+    resolve_gpu = resolve_gpu or load_gpu
+    gpu_type = str(row.get("gpu_type", ""))
+    gpu = resolve_gpu(gpu_name_of(gpu_type))
+    precision = precision_of(str(row.get("precision", "bf16")))
+    if precision is None:
+        raise SpecError(f"precision '{row.get('precision')}' is not modelled")
+    if precision == "fp8" and gpu.peak_fp8_tflops is None:
+        raise SpecError(f"{gpu.name} has no FP8 peak")
+    model = model_from_row(row)
+    num_gpus = _int(row.get("num_gpus"))
+    if not num_gpus:
+        raise SpecError("row lacks num_gpus")
+    cluster = parse_cluster(f"{num_gpus}x{gpu.name}", profile=gpu)
+    seq, gbs = _int(row.get("seq_len")), _int(row.get("global_batch"))
+    if not seq or not gbs:
+        raise SpecError("row lacks seq_len or global_batch")
+    job = JobSpec(seq_len=seq, global_batch=gbs, precision=precision)
+    pins: dict[str, Any] = {}
+    for col, knob in (("tp", "tp"), ("pp", "pp"), ("dp", "dp"), ("cp", "cp"), ("vpp", "vpp"),
+                      ("micro_batch", "mbs")):
+        value = _int(row.get(col))
+        if value is not None:
+            pins[knob] = value
+    if "vpp" in pins and pins.get("pp", 1) == 1:
+        pins["vpp"] = 1
+    zero = zero_of(row.get("zero_or_fsdp") if isinstance(row.get("zero_or_fsdp"), str) else None)
+    if zero is not None:
+        pins["zero"] = zero
+    rc = row.get("recompute")
+    recompute = recompute_of(rc if isinstance(rc, str) else None)
+    if recompute is not None:
+        pins["recompute"] = recompute
+    sp = row.get("sp")
+    if isinstance(sp, str) and sp.strip().lower() in ("yes", "no", "true", "false"):
+        pins["sp"] = sp.strip().lower() in ("yes", "true")
+    if "deepspeed" in str(row.get("framework", "")).lower():
+        # BLOOM's Megatron-DeepSpeed (2022) ran DeepSpeed's pipeline engine: no interleaved
+        # schedule, and sequence parallelism (Korthikanti et al., May 2022) did not exist yet.
+        pins.setdefault("vpp", 1)
+        pins.setdefault("sp", False)
+    oom = is_oom_row(row)
+    step = None if oom else step_time_of(row)
+    if step is None and not oom:
+        raise SpecError("row has no step time, throughput or OOM label")
+    return MeasuredRun(
+        run_id=f"{row.get('source_id', 'csv')}:{row.get('row_id', '?')}",
+        source_id=str(row.get("source_id", "csv")),
+        model=model, cluster=cluster, job=job, pins=pins, measured_step_time_s=step, oom=oom,
+        quality=str(row.get("quality", "A")), gpu_type=gpu_type, notes=str(row.get("notes", "")),
+    )
+
+
+def load_table(path: str | Path = PUBLISHED_RUNS_CSV,
+               resolve_gpu: Callable[[str], GpuProfile] | None = None,
+               ) -> tuple[list[MeasuredRun], list[Skipped]]:
+    """Every row of a CSV with the published_runs.csv columns: the usable runs and the skipped
+    rows with their reason."""
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"cannot read runs table {path}: {str(exc).splitlines()[0]}") from None
+    missing = {"gpu_type", "num_gpus", "tp", "pp", "dp", "seq_len", "global_batch"} - set(frame)
+    if missing:
+        raise SpecError(f"{path}: not a runs table, missing columns {', '.join(sorted(missing))}")
+    frame = frame.astype(object).where(frame.notna(), None)
+    runs, skipped = [], []
+    for i, row in enumerate(frame.to_dict("records")):
+        row.setdefault("row_id", i + 1)
+        if row.get("row_id") is None:
+            row["row_id"] = i + 1
+        row.setdefault("cp", 1)
+        try:
+            runs.append(run_from_row(row, resolve_gpu))
+        except PlannerError as exc:
+            skipped.append(Skipped(f"{row.get('source_id', 'csv')}:{row['row_id']}",
+                                   str(row.get("source_id", "csv")), str(exc)))
+    return runs, skipped
+
+
+# ---- planner validate records -----------------------------------------------------------------
+
+# validate's scale-down overrides (record keys) -> ModelSpec fields
+_OVERRIDES = {
+    "layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+    "kv_heads": "num_key_value_heads", "ffn_hidden": "intermediate_size", "vocab": "vocab_size",
+}
+
+
+def _record_model(record: dict[str, Any]) -> ModelSpec:
+    from planner.registry import load_model, validate_as
+
+    spec = record.get("model_spec")
+    if isinstance(spec, dict):
+        return validate_as(ModelSpec, spec, "record model_spec")
+    name = record.get("model")
+    if not isinstance(name, str):
+        raise SpecError("record names no model")
+    model = load_model(name)
+    overrides = record.get("overrides") if isinstance(record.get("overrides"), dict) else record
+    update = {f: overrides[k] for k, f in _OVERRIDES.items() if overrides.get(k) is not None}
+    if update:
+        model = validate_as(ModelSpec, {**model.model_dump(), **update}, f"model {name} overrides")
+    return model
+
+
+def run_from_record(record: dict[str, Any], gpu: GpuProfile, run_id: str) -> MeasuredRun:
+    """One `planner validate` record -> MeasuredRun predicted on `gpu` (one node of world_size
+    processes unless the record names its cluster)."""
+    from planner.registry import parse_cluster
+
+    if not record.get("ok", False):
+        raise SpecError(f"run failed: {record.get('error') or 'ok is false'}")
+    step = _num(record.get("measured_step_time_s"))
+    if not step:
+        raise SpecError("record has no measured_step_time_s")
+    model = _record_model(record)
+    pins = {k: record[k] for k in LAYOUT_KNOBS if record.get(k) is not None}
+    world = _int(record.get("world_size")) or math.prod(pins.get(k, 1)
+                                                         for k in ("tp", "pp", "dp", "cp"))
+    cluster_text = record.get("cluster")
+    if isinstance(cluster_text, str) and cluster_text:
+        cluster = parse_cluster(cluster_text, profile=gpu)
+    else:
+        cluster = ClusterSpec(gpu=gpu, num_nodes=1, gpus_per_node=world)
+    precision = record.get("precision")
+    if precision not in ("bf16", "fp16", "fp8"):
+        precision = "bf16"
+    job = JobSpec(seq_len=int(record["seq_len"]), global_batch=int(record["global_batch"]),
+                  precision=precision)
+    return MeasuredRun(
+        run_id=run_id, source_id=str(record.get("source_id") or "validate"), model=model,
+        cluster=cluster, job=job, pins=pins, measured_step_time_s=step,
+        gpu_type=str(record.get("device", "")),
+        extra={"predicted_step_time_s": record.get("predicted_step_time_s")},
+    )
+
+
+def load_records(path: str | Path, gpu: GpuProfile) -> tuple[list[MeasuredRun], list[Skipped]]:
+    """The runs of a validate JSON-lines file (failed runs skipped with their reason)."""
+    from planner.io import read_jsonl
+
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"runs file not found: {path}")
+    runs, skipped = [], []
+    for i, record in enumerate(read_jsonl(path), 1):
+        run_id = f"{path.name}:{i}"
+        try:
+            runs.append(run_from_record(record, gpu, run_id))
+        except (PlannerError, KeyError, TypeError, ValueError) as exc:
+            skipped.append(Skipped(run_id, "validate", str(exc).splitlines()[0] if str(exc) else
+                                   type(exc).__name__))
+    return runs, skipped
+
+
+def load_runs(path: str | Path, gpu: GpuProfile) -> tuple[list[MeasuredRun], list[Skipped]]:
+    """Runs from a validate JSON-lines file (.jsonl/.json) or a runs table (.csv). Table rows
+    keep their own GPU; records are predicted on `gpu`."""
+    path = Path(path)
+    if path.suffix.lower() == ".csv":
+        if not path.is_file():
+            raise SpecError(f"runs file not found: {path}")
+        return load_table(path)
+    if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        return load_records(path, gpu)
+    raise SpecError(f"runs file {path}: expected .jsonl (planner validate records) or .csv "
+                    "(published_runs.csv columns)")
+
+
+def by_source(runs: Iterable[MeasuredRun]) -> dict[str, list[MeasuredRun]]:
+    """Runs grouped by source_id, in first-seen order."""
+    out: dict[str, list[MeasuredRun]] = {}
+    for run in runs:
+        out.setdefault(run.source_id, []).append(run)
+    return out

@@ -1,0 +1,129 @@
+"""planner.runs: published_runs.csv rows and validate records -> MeasuredRun."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from calib_fixtures import a100_like
+
+from planner.errors import SpecError
+from planner.layout import Layout
+from planner.runs import (
+    PUBLISHED_RUNS_CSV,
+    gpu_name_of,
+    load_records,
+    load_runs,
+    load_table,
+    precision_of,
+    step_time_of,
+    zero_of,
+)
+
+pytestmark = pytest.mark.skipif(not PUBLISHED_RUNS_CSV.is_file(), reason="shared data absent")
+
+
+def _resolver(name: str):
+    """Every A100/H100 row resolves to the fixture profile (renamed); other GPUs are unknown."""
+    if name.startswith(("A100", "H100")):
+        gpu = a100_like(name)
+        return gpu.model_copy(update={"peak_fp8_tflops": 1979.0})
+    raise SpecError(f"unknown GPU '{name}'")
+
+
+@pytest.fixture(scope="module")
+def table():
+    runs, skipped = load_table(PUBLISHED_RUNS_CSV, resolve_gpu=_resolver)
+    return {r.run_id: r for r in runs}, skipped
+
+
+def test_labels_map_to_knobs():
+    assert gpu_name_of("A100-SXM4-80GB (Jean Zay)") == "A100-SXM4-80GB"
+    assert gpu_name_of("GB200 NVL72 (B200-class GPU)") == "GB200"
+    assert precision_of("amp_bf16") == "bf16"
+    assert precision_of("FP8-CS") == "fp8"
+    assert precision_of("MXFP8") == "fp8"
+    assert precision_of("NVFP4") is None
+    assert precision_of("FP16") == "fp16"
+    assert zero_of("FSDP FULL_SHARD (ZeRO-3)") == 3
+    assert zero_of("FSDP SHARD_GRAD_OP (ZeRO-3)") == 2
+    assert zero_of("ZeRO-1") == 1
+    assert zero_of("ZeRO-0 (none)") == 0
+    assert zero_of("DDP + (Megatron distributed optimizer likely; not stated)") is None
+
+
+def test_every_row_is_loaded_or_skipped_with_a_reason(table):
+    runs, skipped = table
+    assert len(runs) + len(skipped) == 689  # the README's row count
+    assert all(s.reason for s in skipped)
+    # GB200/GB300/B200/V100 have no profile in this resolver: skipped, not guessed
+    assert not any(r.cluster.gpu.name.startswith(("GB", "B2", "V1")) for r in runs.values())
+
+
+def test_llama3_8b_row(table):
+    runs, _ = table
+    run = runs["dgxc_benchmarking:639"]
+    h, kv, ffn, v, n = 4096, 1024, 14336, 128256, 32  # Llama 3 8B, kv = 8 heads x 128
+    by_hand = n * (2 * h * h + 2 * h * kv + 3 * h * ffn + 2 * h) + 2 * v * h + h
+    assert run.model.activation == "swiglu"
+    assert run.model.num_params == by_hand  # 8.030e9, the row's params_b is 8.03
+    assert run.measured_step_time_s == pytest.approx(12.91)
+    assert run.pins == {"tp": 1, "pp": 1, "dp": 4, "cp": 2, "mbs": 1}
+    assert run.cluster.num_gpus == 8 and run.job.seq_len == 8192 and run.job.global_batch == 128
+    assert run.layout is None  # zero and recompute are not stated: the search chooses
+
+
+def test_mpt_row_derives_step_time_and_full_layout(table):
+    runs, _ = table
+    run = runs["llmfoundry_mpt_bench:231"]
+    assert run.model.activation == "gelu"  # FFN 4h, 2 matrices (MPT)
+    # global_batch x seq / (tokens/s/GPU x GPUs) = 3072 * 2048 / (9670 * 512)
+    assert run.measured_step_time_s == pytest.approx(3072 * 2048 / (9670 * 512), rel=1e-4)
+    assert run.layout == Layout(tp=1, pp=1, dp=512, cp=1, mbs=6, zero=3, recompute="none")
+    assert run.cluster.num_nodes == 64
+
+
+def test_oom_rows_are_labels(table):
+    runs, _ = table
+    oom = {rid for rid, r in runs.items() if r.oom}
+    assert oom == {f"bloom_prequel:{i}" for i in (158, 165, 166, 200, 201, 215)}
+    assert all(runs[i].measured_step_time_s is None for i in oom)
+
+
+def test_step_time_from_throughput_when_no_time_column():
+    row = {"global_batch": 64, "seq_len": 4096, "tokens_per_s_per_gpu": 1000.0, "num_gpus": 16}
+    assert step_time_of(row) == pytest.approx(64 * 4096 / (1000 * 16))
+
+
+def test_user_csv(tmp_path):
+    path = tmp_path / "mine.csv"
+    path.write_text(
+        "model,layers,hidden,heads,kv_heads,ffn_hidden,vocab,seq_len,gpu_type,num_gpus,"
+        "tp,pp,dp,cp,micro_batch,global_batch,zero_or_fsdp,recompute,precision,iteration_time_s\n"
+        "mine,4,512,8,8,2048,1000,128,A100-SXM4-80GB,8,2,1,4,1,2,16,ZeRO-1,none,bf16,0.5\n")
+    runs, skipped = load_table(path, resolve_gpu=_resolver)
+    assert not skipped and len(runs) == 1
+    assert runs[0].pins == {"tp": 2, "pp": 1, "dp": 4, "cp": 1, "mbs": 2, "zero": 1,
+                            "recompute": "none"}
+    assert runs[0].layout is None  # sp is unknown with tp > 1: the search chooses it
+    assert runs[0].measured_step_time_s == 0.5
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    with pytest.raises(SpecError, match="not a runs table"):
+        load_runs(bad, a100_like())
+
+
+def test_validate_records(tmp_path):
+    good = {"model_spec": {"name": "tiny", "num_hidden_layers": 2, "hidden_size": 64,
+                           "num_attention_heads": 4, "intermediate_size": 256, "vocab_size": 128,
+                           "activation": "swiglu"},
+            "tp": 2, "pp": 1, "dp": 2, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "zero": 0,
+            "recompute": "none", "sp": False, "seq_len": 32, "global_batch": 4,
+            "world_size": 4, "measured_step_time_s": 0.25, "ok": True, "error": None}
+    failed = dict(good, ok=False, error="rank 1 exited", measured_step_time_s=None)
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(failed) + "\n")
+    runs, skipped = load_records(path, a100_like())
+    assert len(runs) == 1 and len(skipped) == 1 and "rank 1 exited" in skipped[0].reason
+    assert runs[0].layout == Layout(tp=2, dp=2)
+    assert runs[0].cluster.num_gpus == 4 and runs[0].model.hidden_size == 64
