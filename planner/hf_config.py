@@ -151,8 +151,12 @@ READERS: dict[str, Callable[[_Reader], dict[str, Any]]] = {
 
 
 def architecture(spec: ModelSpec) -> dict[str, Any]:
-    """The fields of `spec` that size its weights and FLOPs (no names, sources, job defaults)."""
-    return {key: getattr(spec, key) for key in ARCHITECTURE_FIELDS}
+    """The fields of `spec` that size its weights and FLOPs (no names, sources, job defaults),
+    defaults resolved (kv heads, head size, expert size) so equal shapes compare equal."""
+    arch = {key: getattr(spec, key) for key in ARCHITECTURE_FIELDS}
+    arch.update(num_key_value_heads=spec.kv_heads, head_dim=spec.head_size,
+                moe_intermediate_size=spec.expert_ffn if spec.is_moe else None)
+    return arch
 
 
 def _builtin_twin(spec: ModelSpec) -> ModelSpec | None:

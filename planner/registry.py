@@ -98,7 +98,10 @@ def load_model(name_or_path: str) -> ModelSpec:
         if "model_type" in data:  # a HuggingFace config.json
             from planner.hf_config import model_spec_from_hf
 
-            return model_spec_from_hf(data, name=path.parent.name or path.stem, where=str(path))
+            # dir/config.json is named after its folder (the HF repo's name), other files by stem
+            in_repo_dir = path.name == "config.json" and path.parent.name
+            name = path.parent.name if in_repo_dir else path.stem
+            return model_spec_from_hf(data, name=name, where=str(path))
         data.setdefault("name", path.stem)
         return validate_as(ModelSpec, data, str(path))
     models = builtin_models()

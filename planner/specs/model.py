@@ -275,6 +275,34 @@ class ModelSpec(BaseModel):
         """Total parameters less the token/position embedding and an untied LM head."""
         return self.num_params - self.embedding_params - self.lm_head_params
 
+    def summary(self) -> dict[str, object]:
+        """One row of `planner models --json`: the CONTRACT.md keys (name, aliases, params_b,
+        active_params_b, layers, hidden, heads, kv_heads, ffn_hidden, vocab; billions of
+        parameters, embeddings included) and the MoE and job details."""
+        return {
+            "name": self.name,
+            "aliases": list(self.aliases),
+            "params_b": self.num_params / 1e9,
+            "active_params_b": self.num_active_params / 1e9,
+            "layers": self.num_hidden_layers,
+            "hidden": self.hidden_size,
+            "heads": self.num_attention_heads,
+            "kv_heads": self.kv_heads,
+            "ffn_hidden": self.intermediate_size,
+            "vocab": self.vocab_size,
+            "num_params": self.num_params,
+            "num_active_params": self.num_active_params,
+            "num_experts": self.num_experts,
+            "experts_per_token": self.num_experts_per_tok,
+            "expert_ffn_hidden": self.expert_ffn if self.is_moe else None,
+            "seq_len": self.seq_len,
+            "global_batch": self.global_batch,
+            "published_params_b": self.published_params_b,
+            "published_active_params_b": self.published_active_params_b,
+            "hf_repo": self.hf_repo,
+            "description": self.description,
+        }
+
     # ---- FLOPs per token -----------------------------------------------------------------
     @cached_property
     def matmul_params_per_token(self) -> int:
