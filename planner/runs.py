@@ -284,7 +284,8 @@ def load_table(path: str | Path = PUBLISHED_RUNS_CSV,
 # validate's scale-down overrides (record keys) -> ModelSpec fields
 _OVERRIDES = {
     "layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
-    "kv_heads": "num_key_value_heads", "ffn_hidden": "intermediate_size", "vocab": "vocab_size",
+    "kv_heads": "num_key_value_heads", "ffn_hidden": "intermediate_size",
+    "ffn": "intermediate_size", "vocab": "vocab_size",
 }
 
 

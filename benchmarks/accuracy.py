@@ -1,0 +1,267 @@
+"""Accuracy of the cost model against the published measured runs (../shared/calibration).
+
+    python benchmarks/accuracy.py                      # tune on dgxc + bloom, report every source
+    python benchmarks/accuracy.py --tune none          # the stock profiles as they are
+    python benchmarks/accuracy.py --markdown out.md    # also write the tables as markdown
+
+Every usable row of published_runs.csv is predicted: the knobs the row states are pinned, the
+search chooses the ones it leaves empty (the fastest consistent layout; the published runs were
+tuned). Rows are split by source_id, never one table across both sides: the profiles are fitted
+(planner.calibrate) on the --tune sources and the error is reported on the others. A fit on one
+GPU also serves its siblings with the same chip (A100 40GB from A100 80GB, B200 from GB200).
+
+Printed per source: rows, median and p90 absolute step-time error, the signed median (bias),
+out-of-memory agreement (OOM rows predicted not to fit; measured rows predicted to fit), and a
+term diagnosis: log(measured / predicted) regressed on each time term's share of the step, so a
+term off by a factor shows as exp(coefficient).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from planner.calibrate.fit import apply_values, calibrate
+from planner.errors import InfeasibleError, PlannerError, SpecError
+from planner.layout import Layout
+from planner.plan import TIME_COLUMNS
+from planner.registry import builtin_gpus, load_gpu
+from planner.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table
+from planner.specs import GpuProfile
+
+TUNE_SOURCES = ("dgxc_benchmarking", "bloom_prequel")
+# Same chip, other memory or packaging: a fit of the first serves the second.
+SIBLINGS = (("A100-SXM4-80GB", "A100-SXM4-40GB"), ("GB200", "B200"), ("H100-SXM", "H200"),
+            ("V100-SXM2-16GB", "V100-SXM2-32GB"))
+
+
+def _key(run: MeasuredRun, gpu: GpuProfile) -> tuple:
+    return (run.model.model_dump_json(exclude={"name"}), run.cluster.num_nodes,
+            run.cluster.gpus_per_node, run.job, tuple(sorted(run.pins.items())), gpu.name,
+            id(gpu))
+
+
+class Predictor:
+    """Predicts runs on given profiles, caching the search per (model, cluster, job, pins)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple, dict[str, Any] | None] = {}
+        self.solves = 0
+
+    def row(self, run: MeasuredRun, gpu: GpuProfile) -> dict[str, Any] | None:
+        """The plan columns of the run's layout (pinned, else the search's best); None when no
+        layout consistent with the pins fits."""
+        key = _key(run, gpu)
+        if key not in self._cache:
+            self._cache[key] = self._predict(run, gpu)
+        return self._cache[key]
+
+    def _predict(self, run: MeasuredRun, gpu: GpuProfile) -> dict[str, Any] | None:
+        from planner.costmodel import estimate_batch
+
+        cluster = run.cluster.model_copy(update={"gpu": gpu})
+        layout = run.layout
+        if layout is not None:
+            cols = estimate_batch(run.model, cluster, run.job, [layout])
+            out = {k: (v[0] if hasattr(v, "__len__") else v) for k, v in cols.items()}
+            out["layout"] = layout
+            return out
+        from planner.search import solve
+
+        self.solves += 1
+        try:
+            plans = solve(run.model, cluster, run.job, dict(run.pins), top_k=1)
+        except InfeasibleError:
+            return None
+        if not plans:
+            return None
+        return {**plans[0].row(), "layout": plans[0].layout}
+
+
+def fitted_profiles(runs: Sequence[MeasuredRun], predictor: Predictor,
+                    log: Any = print) -> dict[str, GpuProfile]:
+    """Profiles fitted per GPU on the given (tuning) runs, and their siblings."""
+    by_gpu: dict[str, list[MeasuredRun]] = {}
+    for run in runs:
+        if not run.oom and run.measured_step_time_s:
+            by_gpu.setdefault(run.cluster.gpu.name, []).append(run)
+    out: dict[str, GpuProfile] = {}
+    values_of: dict[str, dict[str, float]] = {}
+    for name, group in by_gpu.items():
+        stock = group[0].cluster.gpu
+        layouts: list[Layout | None] = []
+        for run in group:
+            pred = predictor.row(run, stock)
+            layouts.append(None if pred is None else pred["layout"])
+        t0 = time.perf_counter()
+        fit = calibrate(stock, group, layouts=layouts, cross_validate=False)
+        log(f"fitted {name} on {len(fit.runs)} runs in {time.perf_counter() - t0:.1f}s: "
+            + ", ".join(f"{k}={fit.values[k]:.4g}" for k in fit.fitted)
+            + f"; in-sample median error {np.median(np.abs(fit.err_before)):.1%} -> "
+            f"{np.median(np.abs(fit.err_after)):.1%}")
+        out[name] = fit.profile
+        values_of[name] = fit.values
+    gpus = builtin_gpus()
+    for big, small in SIBLINGS:
+        fitted_name = next((n for n in values_of if n.startswith(big)), None)
+        sibling = next((g for n, g in gpus.items() if n.startswith(small)), None)
+        if fitted_name and sibling is not None and sibling.name not in out:
+            # the chip's efficiencies carry over; latencies and HBM belong to the part/node
+            out[sibling.name] = apply_values(sibling, {
+                k: v for k, v in values_of[fitted_name].items()
+                if k not in ("intra_latency_us", "inter_latency_us", "hbm_efficiency")})
+    return out
+
+
+def predict_all(runs: Sequence[MeasuredRun], profiles: dict[str, GpuProfile],
+                predictor: Predictor) -> pd.DataFrame:
+    """One row per run: measured, predicted, fits, the time terms."""
+    rows = []
+    for run in runs:
+        gpu = profiles.get(run.cluster.gpu.name, run.cluster.gpu)
+        try:
+            pred = predictor.row(run, gpu)
+        except PlannerError as exc:
+            rows.append({"run": run.run_id, "source": run.source_id, "error": str(exc)})
+            continue
+        row: dict[str, Any] = {"run": run.run_id, "source": run.source_id,
+                               "gpu": run.cluster.gpu.name, "oom": run.oom,
+                               "measured_s": run.measured_step_time_s, "error": None}
+        if pred is None:
+            row.update(fits=False, predicted_s=np.nan, layout="(nothing fits)")
+        else:
+            row.update(fits=bool(pred["fits"]), predicted_s=float(pred["step_time_s"]),
+                       layout=str(pred["layout"]))
+            for col in TIME_COLUMNS:
+                row[col] = float(pred.get(col, 0.0))
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    frame["rel_error"] = frame["predicted_s"] / frame["measured_s"] - 1
+    return frame
+
+
+def source_table(frame: pd.DataFrame, tuned: Sequence[str]) -> pd.DataFrame:
+    """Per source and overall (untuned sources): errors and OOM agreement."""
+    out = []
+    groups = [(s, g) for s, g in frame.groupby("source", sort=True)]
+    untuned = frame[~frame["source"].isin(tuned)]
+    groups.append(("ALL untuned", untuned))
+    if tuned:
+        groups.append(("ALL tuned", frame[frame["source"].isin(tuned)]))
+    for name, g in groups:
+        timed = g[(~g["oom"]) & g["rel_error"].notna()]
+        err = timed["rel_error"].abs()
+        oom = g[g["oom"]]
+        measured = g[~g["oom"]]
+        out.append({
+            "source": name + (" (tuned)" if name in tuned else ""),
+            "rows": len(g),
+            "timed": len(timed),
+            "median_err": err.median() if len(err) else np.nan,
+            "p90_err": err.quantile(0.9) if len(err) else np.nan,
+            "bias": timed["rel_error"].median() if len(timed) else np.nan,
+            "oom_predicted_oom": f"{int((~oom['fits']).sum())}/{len(oom)}",
+            "measured_predicted_fit": f"{int(measured['fits'].sum())}/{len(measured)}",
+        })
+    return pd.DataFrame(out)
+
+
+def term_diagnosis(frame: pd.DataFrame) -> pd.DataFrame:
+    """log(measured/predicted) ~ sum_k c_k * share_k over the timed rows: exp(c_k) is the factor
+    by which term k would have to grow to explain the residuals (1 = unbiased)."""
+    timed = frame[(~frame["oom"]) & frame["rel_error"].notna()].copy()
+    if len(timed) < 3:
+        return pd.DataFrame()
+    cols = [c for c in TIME_COLUMNS if c in timed and timed[c].abs().sum() > 0]
+    shares = timed[cols].div(timed["predicted_s"], axis=0).to_numpy()
+    y = np.log(timed["measured_s"] / timed["predicted_s"]).to_numpy()
+    coef, *_ = np.linalg.lstsq(shares, y, rcond=None)
+    return pd.DataFrame({"term": cols, "mean_share": shares.mean(axis=0),
+                         "factor_needed": np.exp(coef)})
+
+
+def _fmt(table: pd.DataFrame) -> pd.DataFrame:
+    t = table.copy()
+    for col in ("median_err", "p90_err"):
+        t[col] = t[col].map(lambda x: "-" if pd.isna(x) else f"{100 * x:.1f}%")
+    t["bias"] = t["bias"].map(lambda x: "-" if pd.isna(x) else f"{100 * x:+.1f}%")
+    return t
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", type=Path, default=PUBLISHED_RUNS_CSV)
+    parser.add_argument("--tune", default=",".join(TUNE_SOURCES),
+                        help="comma-separated source_ids to fit on, or 'none'")
+    parser.add_argument("--markdown", type=Path, help="also write the tables here")
+    parser.add_argument("--rows", type=Path, help="write every row's prediction as CSV")
+    ns = parser.parse_args(argv)
+    t0 = time.perf_counter()
+
+    def resolve(name: str) -> GpuProfile:
+        return load_gpu(name)
+
+    runs, skipped = load_table(ns.csv, resolve_gpu=resolve)
+    print(f"{len(runs)} usable rows, {len(skipped)} skipped", flush=True)
+    reasons = pd.Series([s.reason for s in skipped]).value_counts()
+    for reason, n in reasons.items():
+        print(f"  skipped {n}: {reason}")
+    tuned = [] if ns.tune == "none" else [s.strip() for s in ns.tune.split(",") if s.strip()]
+    predictor = Predictor()
+    stock = {g.name: g for g in builtin_gpus().values()}
+    before = predict_all(runs, stock, predictor)
+    print(f"stock predictions done ({time.perf_counter() - t0:.0f}s, {predictor.solves} searches)",
+          flush=True)
+    profiles = dict(stock)
+    if tuned:
+        profiles.update(fitted_profiles([r for r in runs if r.source_id in tuned], predictor))
+    after = predict_all(runs, profiles, predictor) if tuned else before
+    tables = {"stock profiles": source_table(before, tuned),
+              f"fitted on {', '.join(tuned)}": source_table(after, tuned)} if tuned else \
+        {"stock profiles": source_table(before, tuned)}
+    md = []
+    for title, table in tables.items():
+        print(f"\n== {title} ==")
+        print(_fmt(table).to_string(index=False))
+        md += [f"### {title}", "", _fmt(table).to_markdown(index=False) if _has_tabulate()
+               else "```\n" + _fmt(table).to_string(index=False) + "\n```", ""]
+    diag = term_diagnosis(after[~after["source"].isin(tuned)])
+    if len(diag):
+        print("\n== term diagnosis on untuned rows (factor each term needs) ==")
+        print(diag.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        md += ["### term diagnosis (untuned rows)", "", "```",
+               diag.to_string(index=False, float_format=lambda x: f"{x:.3f}"), "```", ""]
+    errors = after[after["error"].notna()]
+    if len(errors):
+        print(f"\n{len(errors)} rows could not be predicted, e.g. {errors.iloc[0]['error']}")
+    print(f"\ntotal {time.perf_counter() - t0:.0f}s, {predictor.solves} searches")
+    if ns.markdown:
+        from planner.io import write_text_atomic
+
+        write_text_atomic(ns.markdown, "\n".join(md))
+    if ns.rows:
+        after.to_csv(ns.rows, index=False)
+    return 0
+
+
+def _has_tabulate() -> bool:
+    try:
+        import tabulate  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (SpecError, PlannerError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
