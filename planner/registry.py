@@ -20,6 +20,15 @@ CLUSTER_GRAMMAR = (
     "NxGPU (128xA100), NODESxPERNODExGPU (16x8xH100), a GPU with a variant (64xH100-PCIE), "
     "or a path to a cluster/profile YAML"
 )
+CLUSTER_GRAMMAR_HELP = """\
+NxGPU              N GPUs in the GPU's usual nodes: 128xA100 = 16 nodes x 8 A100-SXM4-80GB
+NODESxPERNODExGPU  an explicit shape: 16x8xH100, 2x4xA100-40GB (at most a node/NVLink domain)
+GPU                a built-in name or alias (planner clusters), with a variant: 64xH100-PCIE;
+                   a bare family name is its most common datacenter part (A100 = A100-SXM4-80GB)
+Nx./profile.yaml   a GPU profile file (planner profile / calibrate) instead of a built-in name
+cluster.yaml       {gpu: NAME | profile path | profile mapping, num_nodes: N, gpus_per_node: P}
+profile.yaml       a bare GPU profile: one node of it
+--profile P        replaces the built-in profile of the named GPU, keeping the shape"""
 
 
 def _norm(name: str) -> str:
@@ -37,7 +46,8 @@ def read_yaml_or_json(path: Path) -> dict[str, Any]:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SpecError(f"{path}: invalid {'JSON' if path.suffix == '.json' else 'YAML'}: {first}") from None
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        raise SpecError(f"{path}: invalid {kind}: {first}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
@@ -131,38 +141,110 @@ def load_gpu(name_or_path: str) -> GpuProfile:
     return gpu
 
 
-_CLUSTER_RE = re.compile(r"^\s*(\d+)\s*[xX*]\s*(?:(\d+)\s*[xX*]\s*)?([A-Za-z][\w.\-]*)\s*$")
+# NxGPU or NODESxPERNODExGPU; "x", "X", "*" or the multiplication sign separate the counts.
+_CLUSTER_RE = re.compile(r"^\s*(\d+)\s*[xX*\u00d7]\s*(?:(\d+)\s*[xX*\u00d7]\s*)?(\S.*?)\s*$")
+_GPU_NAME_RE = re.compile(r"^[A-Za-z][\w.\-]*$")
+_CLUSTER_KEYS = {"gpu", "num_nodes", "gpus_per_node"}
+
+
+def _malformed(text: str, why: str = "") -> SpecError:
+    why = f": {why}" if why else ""
+    return SpecError(f"malformed cluster '{text}'{why}; expected {CLUSTER_GRAMMAR}")
+
+
+def _is_file_ref(text: str) -> bool:
+    return text.endswith((".yaml", ".yml", ".json")) or "/" in text or "\\" in text
 
 
 def parse_cluster(text: str, profile: GpuProfile | None = None) -> ClusterSpec:
-    """Parse `NxGPU`, `NODESxPERNODExGPU` or a cluster YAML path. `profile` replaces the GPU's
-    built-in profile (--profile), keeping the node shape from the string."""
-    if text.endswith((".yaml", ".yml")) or "/" in text:
-        path = Path(text)
-        if not path.is_file():
-            raise SpecError(f"cluster file not found: {path}")
-        data = read_yaml_or_json(path)
-        if "gpu" in data and isinstance(data["gpu"], str):  # {gpu: H100, num_nodes: .., ...}
-            data = dict(data, gpu=(profile or load_gpu(data["gpu"])).model_dump())
-        elif "gpu" not in data:  # a bare GPU profile: one node of it
-            gpu = validate_as(GpuProfile, dict(data, name=data.get("name", path.stem)), str(path))
-            return ClusterSpec(gpu=profile or gpu, num_nodes=1, gpus_per_node=gpu.gpus_per_node)
-        return validate_as(ClusterSpec, data, str(path))
+    """Parse the cluster grammar of CONTRACT.md: `NxGPU` (128xA100: N GPUs packed into the GPU's
+    usual nodes), `NODESxPERNODExGPU` (16x8xH100), where GPU is a built-in name or alias
+    (A100-40GB, H100-PCIE) or a profile YAML path (16x8x./fitted.yaml), or a path to a cluster
+    YAML ({gpu: NAME | profile mapping | profile path, num_nodes, gpus_per_node}) or to a bare
+    profile YAML (one node of it). `profile` (--profile) replaces the GPU's built-in profile and
+    keeps the node shape from the text. SpecError with one readable line otherwise."""
+    text = text.strip()
     m = _CLUSTER_RE.match(text)
-    if not m:
-        raise SpecError(f"malformed cluster '{text}': expected {CLUSTER_GRAMMAR}")
-    first, second, gpu_name = int(m.group(1)), m.group(2), m.group(3)
-    gpu = profile or load_gpu(gpu_name)
+    if m is None:
+        if _is_file_ref(text) or Path(text).is_file():
+            return _cluster_from_file(Path(text), profile)
+        if not text:
+            raise _malformed(text, "it is empty")
+        if re.fullmatch(r"\d+\s*[xX*\u00d7]?(\s*\d+\s*[xX*\u00d7]?)?", text):
+            raise _malformed(text, "no GPU name after the counts")
+        if _GPU_NAME_RE.match(text):
+            raise _malformed(text, "no GPU count before the GPU name")
+        raise _malformed(text)
+    first, second, gpu_text = int(m.group(1)), m.group(2), m.group(3)
     if first == 0 or (second is not None and int(second) == 0):
-        raise SpecError(f"malformed cluster '{text}': counts must be positive")
+        raise SpecError(f"cluster '{text}': GPU and node counts must be positive")
+    if profile is not None:
+        gpu = profile
+    elif _is_file_ref(gpu_text):
+        gpu = load_gpu(gpu_text)
+    elif _GPU_NAME_RE.match(gpu_text):
+        try:
+            gpu = load_gpu(gpu_text)
+        except SpecError as exc:
+            raise SpecError(f"cluster '{text}': {exc}") from None
+    else:
+        raise _malformed(text, f"'{gpu_text}' is not a GPU name")
     if second is not None:
         nodes, per_node = first, int(second)
-    else:
-        per_node = min(first, gpu.gpus_per_node)
-        if first % per_node:
+        if profile is None and per_node > gpu.domain_gpus:
             raise SpecError(
-                f"cluster '{text}': {first} GPUs is not a whole number of {gpu.name} nodes of "
-                f"{gpu.gpus_per_node}; write NODESxPERNODExGPU to say the shape"
+                f"cluster '{text}': {per_node} GPUs per node is more than a {gpu.name} node holds "
+                f"({gpu.gpus_per_node} per node, {gpu.domain_gpus} per NVLink domain)"
             )
-        nodes = first // per_node
-    return ClusterSpec(gpu=gpu, num_nodes=nodes, gpus_per_node=per_node)
+        return ClusterSpec(gpu=gpu, num_nodes=nodes, gpus_per_node=per_node)
+    per_node = min(first, gpu.gpus_per_node)
+    if first % per_node:
+        fit = max(d for d in range(1, per_node + 1) if first % d == 0)
+        raise SpecError(
+            f"cluster '{text}': {first} GPUs is not a whole number of {gpu.name} nodes of "
+            f"{gpu.gpus_per_node}; write NODESxPERNODExGPU to say the shape (e.g. "
+            f"{first // fit}x{fit}x{gpu_text})"
+        )
+    return ClusterSpec(gpu=gpu, num_nodes=first // per_node, gpus_per_node=per_node)
+
+
+def _cluster_from_file(path: Path, profile: GpuProfile | None) -> ClusterSpec:
+    """A cluster YAML ({gpu, num_nodes, gpus_per_node}) or a bare GPU profile YAML (one node)."""
+    if not path.is_file():
+        raise SpecError(f"cluster file not found: {path}")
+    data = read_yaml_or_json(path)
+    if "gpu" not in data and "num_nodes" not in data:  # a bare GPU profile: one node of it
+        gpu = validate_as(GpuProfile, dict(data, name=data.get("name", path.stem)), str(path))
+        return ClusterSpec(gpu=profile or gpu, num_nodes=1, gpus_per_node=gpu.gpus_per_node)
+    unknown = sorted(set(data) - _CLUSTER_KEYS)
+    if unknown:
+        raise SpecError(f"{path}: field '{unknown[0]}': not a cluster field "
+                        f"(a cluster YAML has gpu, num_nodes, gpus_per_node)")
+    if "gpu" not in data:
+        raise SpecError(f"{path}: field 'gpu': Field required "
+                        "(a GPU name, profile path or mapping)")
+    gpu_field = data["gpu"]
+    if profile is not None:
+        gpu = profile
+    elif isinstance(gpu_field, str):
+        ref = gpu_field
+        if _is_file_ref(ref) and not Path(ref).is_absolute():
+            ref = str(path.parent / ref)  # profile paths are relative to the cluster file
+        try:
+            gpu = load_gpu(ref)
+        except SpecError as exc:
+            raise SpecError(f"{path}: field 'gpu': {exc}") from None
+    elif isinstance(gpu_field, dict):
+        gpu = validate_as(GpuProfile, dict(gpu_field, name=gpu_field.get("name", path.stem)),
+                          f"{path}: gpu")
+    else:
+        raise SpecError(f"{path}: field 'gpu': expected a GPU name, profile path or mapping, "
+                        f"got {type(gpu_field).__name__}")
+    spec = dict(data, gpu=gpu)
+    spec.setdefault("gpus_per_node", gpu.gpus_per_node)
+    cluster = validate_as(ClusterSpec, spec, str(path))
+    if profile is None and cluster.gpus_per_node > gpu.domain_gpus:
+        raise SpecError(f"{path}: field 'gpus_per_node': {cluster.gpus_per_node} is more than a "
+                        f"{gpu.name} node holds ({gpu.gpus_per_node} per node, "
+                        f"{gpu.domain_gpus} per NVLink domain)")
+    return cluster
