@@ -55,10 +55,13 @@ class LinkProfile(BaseModel):
         description="Per-GPU, per-direction link bandwidth of the tier (spec), GB/s (1e9 B/s)."
     )
     busbw_gb_per_s: Curve = Field(
-        description="Measured all-reduce bus bandwidth (nccl-tests busbw) vs message size: x bytes, y GB/s."
+        description="Measured all-reduce bus bandwidth (nccl-tests busbw) vs message size, end to "
+        "end (latency included): x bytes, y GB/s."
     )
     latency_us: PositiveFloat = Field(description="Per-hop (per ring step) latency, microseconds.")
-    base_latency_us: float = Field(default=0.0, description="Fixed latency per collective call, microseconds.")
+    base_latency_us: float = Field(
+        default=0.0, description="Fixed latency per collective call, microseconds."
+    )
 
     def busbw_bytes_per_s(self, message_bytes):  # noqa: ANN001, ANN201 - float or numpy
         """Bus bandwidth achieved at this message size, bytes/s."""
@@ -71,47 +74,77 @@ class GpuProfile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="Registry name, e.g. 'A100-SXM4-80GB'.")
-    aliases: list[str] = Field(default_factory=list, description="Other names ('A100', 'a100-80gb').")
+    aliases: list[str] = Field(
+        default_factory=list, description="Other names ('A100', 'a100-80gb')."
+    )
     description: str = Field(default="", description="The part and its usual node, in words.")
     peak_bf16_tflops: PositiveFloat = Field(description="Dense BF16 tensor peak, TFLOP/s.")
     peak_fp16_tflops: PositiveFloat = Field(description="Dense FP16 tensor peak, TFLOP/s.")
-    peak_fp8_tflops: PositiveFloat | None = Field(default=None, description="Dense FP8 peak, TFLOP/s.")
-    peak_tf32_tflops: PositiveFloat | None = Field(default=None, description="Dense TF32 peak, TFLOP/s.")
+    peak_fp8_tflops: PositiveFloat | None = Field(
+        default=None, description="Dense FP8 peak, TFLOP/s."
+    )
+    peak_tf32_tflops: PositiveFloat | None = Field(
+        default=None, description="Dense TF32 peak, TFLOP/s."
+    )
     memory_gib: PositiveFloat = Field(description="HBM capacity, GiB (2^30 B).")
     hbm_tb_per_s: PositiveFloat = Field(description="HBM bandwidth (spec), TB/s (1e12 B/s).")
-    hbm_efficiency: PositiveFloat = Field(default=0.85, le=1, description="Achieved fraction of HBM spec (STREAM-like).")
+    hbm_efficiency: PositiveFloat = Field(
+        default=0.85, le=1, description="Achieved fraction of HBM spec (STREAM-like)."
+    )
     reserve_gib: float = Field(
-        ge=0, description="Memory not usable by tensors: CUDA context, NCCL buffers, allocator fragmentation, GiB."
+        ge=0,
+        description="Memory not usable by tensors: CUDA context, NCCL buffers, allocator "
+        "fragmentation, GiB.",
     )
     gemm_efficiency: Curve = Field(
-        description="Achieved fraction of the BF16 peak for one GEMM vs its size: x FLOP of the GEMM, y fraction."
+        description="Achieved fraction of the BF16 peak for one GEMM vs its size: x FLOP of the "
+        "GEMM (2*M*N*K), y fraction."
     )
     fp8_gemm_efficiency: Curve | None = Field(
         default=None, description="As gemm_efficiency, against the FP8 peak."
     )
     attention_efficiency: float = Field(
-        default=0.5, gt=0, le=1.2, description="Achieved fraction of peak for fused (flash) attention, counted causally."
+        default=0.5,
+        gt=0,
+        le=1.2,
+        description="Achieved fraction of peak for fused (flash) attention, counted causally.",
     )
     gpus_per_node: PositiveInt = Field(description="GPUs per server (the usual node).")
     nvlink_domain_gpus: PositiveInt | None = Field(
-        default=None, description="GPUs in one scale-up (NVLink) domain; None means gpus_per_node. 72 for NVL72."
+        default=None,
+        description="GPUs in one scale-up (NVLink) domain; None means gpus_per_node. 72 for NVL72.",
     )
     intra_node_fabric: Fabric = Field(description="Scale-up fabric kind.")
     intra_node: LinkProfile = Field(description="Collectives inside the scale-up domain.")
-    inter_node: LinkProfile = Field(description="Collectives across domains (NICs).")
+    inter_node: LinkProfile = Field(
+        description="Collectives across domains (NICs), per GPU: the busbw of an all-reduce whose "
+        "every ring step crosses a NIC (one GPU per node, or the inter-node phase of a "
+        "hierarchical all-reduce); link_gb_per_s is the per-GPU NIC share."
+    )
     nic_gbit_per_s: PositiveFloat = Field(description="Scale-out NIC line rate per GPU, Gbit/s.")
     nics_per_gpu: PositiveFloat = Field(default=1.0, description="NICs per GPU.")
 
     # Fitted by calibration (stock values stated with their source in `sources`).
     dp_overlap: float = Field(
-        default=0.8, ge=0, le=1, description="Fraction of DP gradient communication hidden behind backward."
+        default=0.8,
+        ge=0,
+        le=1,
+        description="Fraction of DP gradient communication hidden behind backward.",
     )
-    step_overhead_s: float = Field(default=0.0, ge=0, description="Fixed per-step overhead (launch, sync), s.")
+    step_overhead_s: float = Field(
+        default=0.0, ge=0, description="Fixed per-step overhead (launch, sync), s."
+    )
     step_time_rel_error: float | None = Field(
-        default=None, ge=0, description="Calibrated relative spread of step-time error (1 sigma); None = uncalibrated."
+        default=None,
+        ge=0,
+        description="Calibrated relative spread of step-time error (1 sigma); None = uncalibrated.",
     )
-    provenance: dict = Field(default_factory=dict, description="How the profile was made: runs used, date, residuals.")
-    sources: dict[str, str] = Field(default_factory=dict, description="Field name -> citation of its number.")
+    provenance: dict = Field(
+        default_factory=dict, description="How the profile was made: runs used, date, residuals."
+    )
+    sources: dict[str, str] = Field(
+        default_factory=dict, description="Field name -> citation of its number."
+    )
 
     @property
     def domain_gpus(self) -> int:
@@ -147,6 +180,32 @@ class GpuProfile(BaseModel):
         """Achieved HBM bandwidth, bytes/s."""
         return self.hbm_tb_per_s * 1e12 * self.hbm_efficiency
 
+    def summary(self) -> dict[str, object]:
+        """One object of `planner clusters --json`: peaks (TFLOP/s, dense), memory (GiB), HBM
+        (TB/s), node shape, fabrics, measured bus-bandwidth plateaus (GB/s) and NIC (Gbit/s)."""
+        return {
+            "name": self.name,
+            "aliases": list(self.aliases),
+            "description": self.description,
+            "peak_bf16_tflops": self.peak_bf16_tflops,
+            "peak_fp16_tflops": self.peak_fp16_tflops,
+            "peak_fp8_tflops": self.peak_fp8_tflops,
+            "memory_gib": self.memory_gib,
+            "reserve_gib": self.reserve_gib,
+            "usable_memory_gib": round(self.usable_memory_gib, 3),
+            "hbm_tb_per_s": self.hbm_tb_per_s,
+            "gpus_per_node": self.gpus_per_node,
+            "domain_gpus": self.domain_gpus,
+            "intra_node_fabric": self.intra_node_fabric,
+            "intra_node": self.intra_node.fabric,
+            "intra_node_link_gb_per_s": self.intra_node.link_gb_per_s,
+            "intra_node_busbw_gb_per_s": self.intra_node.busbw_gb_per_s.points[-1][1],
+            "inter_node": self.inter_node.fabric,
+            "inter_node_busbw_gb_per_s": self.inter_node.busbw_gb_per_s.points[-1][1],
+            "nic_gbit_per_s": self.nic_gbit_per_s,
+            "calibrated": self.step_time_rel_error is not None,
+        }
+
 
 class ClusterSpec(BaseModel):
     """A homogeneous cluster: `num_nodes` nodes of `gpus_per_node` GPUs of one profile."""
@@ -155,7 +214,9 @@ class ClusterSpec(BaseModel):
 
     gpu: GpuProfile = Field(description="The GPU profile.")
     num_nodes: PositiveInt = Field(description="Servers.")
-    gpus_per_node: PositiveInt = Field(description="GPUs per server (may be fewer than the profile's node).")
+    gpus_per_node: PositiveInt = Field(
+        description="GPUs per server (may be fewer than the profile's node)."
+    )
 
     @property
     def num_gpus(self) -> int:
@@ -164,7 +225,10 @@ class ClusterSpec(BaseModel):
     @property
     def domain_gpus(self) -> int:
         """GPUs reachable over the scale-up fabric from one GPU (capped by the cluster size)."""
-        return min(self.gpu.domain_gpus if self.gpu.nvlink_domain_gpus else self.gpus_per_node, self.num_gpus)
+        return min(
+            self.gpu.domain_gpus if self.gpu.nvlink_domain_gpus else self.gpus_per_node,
+            self.num_gpus,
+        )
 
     def __str__(self) -> str:
         return f"{self.num_nodes}x{self.gpus_per_node}x{self.gpu.name}"
@@ -184,4 +248,3 @@ class JobSpec(BaseModel):
     @property
     def tokens_per_step(self) -> int:
         return self.seq_len * self.global_batch
-
