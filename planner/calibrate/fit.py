@@ -220,8 +220,11 @@ def _frozen_out(knobs: list[Knob], u0: np.ndarray, base_pred: np.ndarray, runs, 
 
 def fit_values(profile: GpuProfile, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
                measured: np.ndarray, names: Sequence[str] | None = None,
-               predict: Predictor = predict_step_times) -> tuple[dict[str, float], list[str]]:
-    """Fit the knobs to the runs; returns (all knob values, names of the fitted ones)."""
+               predict: Predictor = predict_step_times, start: dict[str, float] | None = None,
+               ) -> tuple[dict[str, float], list[str]]:
+    """Fit the knobs to the runs; returns (all knob values, names of the fitted ones). `start`
+    (e.g. the fit on all runs, for cross-validation) is where the search begins; the prior
+    still pulls toward the profile's own values."""
     from scipy.optimize import least_squares
 
     knobs = [k for k in knobs_for(profile) if names is None or k.name in names]
@@ -248,7 +251,8 @@ def fit_values(profile: GpuProfile, runs: Sequence[MeasuredRun], layouts: Sequen
         data = np.log(np.maximum(pred, 1e-12)) - log_meas
         return np.concatenate([data, PRIOR_WEIGHT * (ua - ua0)])
 
-    result = least_squares(residuals, ua0, bounds=(np.zeros(len(act)), np.ones(len(act))),
+    x0 = ua0 if start is None else np.array([k.to_unit(start[k.name]) for k in act])
+    result = least_squares(residuals, x0, bounds=(np.zeros(len(act)), np.ones(len(act))),
                            loss="soft_l1", f_scale=ROBUST_SCALE, diff_step=1e-3, x_scale=1.0,
                            max_nfev=200 * (len(act) + 1))
     values = {k.name: stock[k.name] for k in knobs}
@@ -295,7 +299,8 @@ def calibrate(profile: GpuProfile, runs: Sequence[MeasuredRun], *,
             train = np.setdiff1d(np.arange(len(fit_runs)), held)
             tr_runs = [fit_runs[i] for i in train]
             tr_lay = [fit_layouts[i] for i in train]
-            v, _ = fit_values(profile, tr_runs, tr_lay, measured[train], names, predict)
+            v, _ = fit_values(profile, tr_runs, tr_lay, measured[train], names, predict,
+                              start=values)
             pred_cv[held] = predict(apply_values(profile, v), [fit_runs[i] for i in held],
                                     [fit_layouts[i] for i in held])
     elif cross_validate:

@@ -1,0 +1,105 @@
+"""The closed loop: validate the top plans on this machine, refit the profile, re-rank.
+
+    from planner.calibrate import closed_loop
+    result = closed_loop(model, cluster, job, pins={}, n=3, runs_path="runs.jsonl")
+    result.winner_changed, result.plans_after[0], result.fit.profile
+
+Each of the top `n` plans of `solve` runs for real through planner.validate's launcher (one
+torchrun per plan, records appended to `runs_path`); the profile is fitted to those runs
+(planner.calibrate.calibrate) and the search runs again with the fitted profile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from planner.calibrate.fit import FitResult, calibrate, profile_yaml
+from planner.errors import PlannerError
+from planner.layout import Layout
+from planner.plan import Plan
+from planner.runs import Skipped, load_records
+from planner.specs import ClusterSpec, JobSpec, ModelSpec
+
+# validate_run(model, cluster, job, layout, runs_path) appends one record to runs_path
+ValidateRun = Callable[[ModelSpec, ClusterSpec, JobSpec, Layout, Path], Any]
+
+
+@dataclass
+class ClosedLoopResult:
+    """What the loop did: the ranking before and after the refit, and the fit itself."""
+
+    plans_before: list[Plan]
+    plans_after: list[Plan]
+    fit: FitResult
+    validated: list[Layout]
+    skipped: list[Skipped]
+    runs_path: Path
+    profile_path: Path | None
+
+    @property
+    def winner_changed(self) -> bool:
+        """True when the fitted profile ranks a different layout first."""
+        return self.plans_before[0].layout != self.plans_after[0].layout
+
+
+def default_validate_run(steps: int = 5, warmup: int = 2, **options: Any) -> ValidateRun:
+    """planner.validate's launcher (torch is imported only when a run starts)."""
+
+    def run(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
+            runs_path: Path) -> Any:
+        from planner.validate.launch import launch_run
+
+        return launch_run(model, layout, job, out=runs_path, profile=cluster.gpu,
+                          steps=steps, warmup=warmup, **options)
+
+    return run
+
+
+def closed_loop(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any],
+                n: int, runs_path: str | Path, *, top_k: int = 10,
+                profile_out: str | Path | None = None,
+                validate_run: ValidateRun | None = None) -> ClosedLoopResult:
+    """Validate the top `n` plans of solve(model, cluster, job, pins) on this machine, fit
+    cluster.gpu to the measured step times, solve again with the fitted profile, and return both
+    rankings. Records are appended to `runs_path`; only this call's records are fitted. The
+    fitted profile is written to `profile_out` when given. Raises InfeasibleError when nothing
+    fits, PlannerError when no validated run succeeded."""
+    from planner.search import solve
+
+    if n < 1:
+        raise PlannerError("--calibrate N needs N >= 1 plans to validate")
+    runs_path = Path(runs_path)
+    validate_run = validate_run or default_validate_run()
+    plans_before = solve(model, cluster, job, pins, top_k=max(top_k, n))
+    already = _count_lines(runs_path)
+    validated = [plan.layout for plan in plans_before[:n]]
+    for layout in validated:
+        validate_run(model, cluster, job, layout, runs_path)
+    runs, skipped = load_records(runs_path, cluster.gpu)
+    runs = [r for r in runs if int(r.run_id.rsplit(":", 1)[1]) > already]
+    skipped = [s for s in skipped if int(s.run_id.rsplit(":", 1)[1]) > already]
+    if not runs:
+        reasons = "; ".join(s.reason for s in skipped[:3]) or "no record written"
+        raise PlannerError(f"no validated run succeeded ({reasons})")
+    fit = calibrate(cluster.gpu, runs, layouts=[r.layout for r in runs],
+                    cross_validate=len(runs) >= 3)
+    fitted_cluster = cluster.model_copy(update={"gpu": fit.profile})
+    plans_after = solve(model, fitted_cluster, job, pins, top_k=top_k)
+    path = None
+    if profile_out is not None:
+        from planner.io import write_text_atomic
+
+        path = Path(profile_out)
+        write_text_atomic(path, profile_yaml(fit.profile))
+    return ClosedLoopResult(list(plans_before[:top_k]), list(plans_after), fit, validated,
+                            skipped, runs_path, path)
+
+
+def _count_lines(path: Path) -> int:
+    """Records already in the file (non-blank lines), so the loop fits only its own."""
+    if not path.is_file():
+        return 0
+    return sum(1 for line in path.read_text().splitlines() if line.strip())

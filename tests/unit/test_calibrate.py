@@ -1,0 +1,186 @@
+"""planner.calibrate: the fit recovers known parameters from synthetic runs, stays in physical
+bounds, shrugs off an outlier, writes a loadable profile; prediction bands; the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from calib_fixtures import a100_like
+
+from planner.calibrate import (
+    apply_values,
+    calibrate,
+    knobs_for,
+    plans_indistinguishable,
+    predict_step_times,
+    profile_yaml,
+)
+from planner.layout import Layout
+from planner.registry import load_gpu
+from planner.runs import MeasuredRun
+from planner.specs import ClusterSpec, JobSpec, ModelSpec
+
+# The parameters the synthetic "machine" really has (the fixture profile is the starting point).
+TRUE = {"gemm_scale": 0.85, "gemm_size_log2": 1.0, "intra_bw_scale": 0.6, "step_overhead_s": 0.02}
+NOISE = 0.01  # 1% log-normal measurement noise
+
+
+def _model(hidden: int) -> ModelSpec:
+    return ModelSpec(name=f"gpt-h{hidden}", num_hidden_layers=4, hidden_size=hidden,
+                     num_attention_heads=16, intermediate_size=4 * hidden, vocab_size=32000,
+                     activation="gelu")
+
+
+def synthetic_runs(noise: float = NOISE, seed: int = 0, hiddens=(1024, 2048, 4096),
+                   tps=(1, 2, 4, 8), mbss=(1, 4)):
+    """Runs whose 'measured' step time is the cost model's prediction on the TRUE profile times
+    log-normal noise: one node of 8 GPUs, three widths (GEMM sizes), TP 1-8 (TP traffic)."""
+    base = a100_like()
+    runs, layouts = [], []
+    cluster = ClusterSpec(gpu=base, num_nodes=1, gpus_per_node=8)
+    job = JobSpec(seq_len=1024, global_batch=32)
+    for hidden in hiddens:
+        model = _model(hidden)
+        for tp in tps:
+            for mbs in mbss:
+                layout = Layout(tp=tp, dp=8 // tp, mbs=mbs, zero=1)
+                runs.append(MeasuredRun(f"syn:{len(runs)}", "synthetic", model, cluster, job,
+                                        layout.as_dict(), 1.0))
+                layouts.append(layout)
+    truth = predict_step_times(apply_values(base, TRUE), runs, layouts)
+    rng = np.random.default_rng(seed)
+    measured = truth * np.exp(rng.normal(0.0, noise, len(runs)))
+    runs = [dataclasses.replace(r, measured_step_time_s=float(t))
+            for r, t in zip(runs, measured, strict=True)]
+    return base, runs, layouts
+
+
+def test_fit_recovers_known_parameters():
+    base, runs, layouts = synthetic_runs()
+    fit = calibrate(base, runs, layouts=layouts, names=list(TRUE), cross_validate=False)
+    assert set(fit.fitted) == set(TRUE)
+    assert fit.values["gemm_scale"] == pytest.approx(0.85, abs=0.03)
+    assert fit.values["gemm_size_log2"] == pytest.approx(1.0, abs=0.35)
+    assert fit.values["intra_bw_scale"] == pytest.approx(0.6, abs=0.06)
+    assert fit.values["step_overhead_s"] == pytest.approx(0.02, abs=0.004)
+    # the stock profile is far off; the fit is within the noise
+    assert np.median(np.abs(fit.err_before)) > 0.2
+    assert np.median(np.abs(fit.err_after)) < 2 * NOISE
+
+
+def test_robust_loss_ignores_an_outlier():
+    base, runs, layouts = synthetic_runs(hiddens=(1024, 4096), mbss=(1,))
+    runs[3] = dataclasses.replace(runs[3], measured_step_time_s=runs[3].measured_step_time_s * 2)
+    fit = calibrate(base, runs, layouts=layouts, names=["gemm_scale", "step_overhead_s"],
+                    cross_validate=False)
+    # gemm_size/intra_bw stay stock here, so only the scale is compared, loosely
+    err = np.abs(fit.err_after)
+    assert err[3] > 0.4  # the outlier stays an outlier ...
+    assert np.median(np.delete(err, 3)) < np.median(np.abs(np.delete(fit.err_before, 3)))
+
+
+def test_cross_validation_holds_runs_out():
+    base, runs, layouts = synthetic_runs(hiddens=(1024, 4096), tps=(1, 8), mbss=(1,))
+    fit = calibrate(base, runs, layouts=layouts, names=["gemm_scale", "step_overhead_s"])
+    assert fit.cv_method == "leave-one-out" and fit.pred_cv is not None
+    assert len(fit.pred_cv) == len(runs) == 4
+    # held-out predictions differ from in-sample ones (each was fitted without its own run)
+    assert not np.allclose(fit.pred_cv, fit.pred_after, rtol=1e-9)
+    sigma = 1.4826 * np.median(np.abs(np.log(fit.pred_cv / fit.measured)))
+    assert fit.profile.step_time_rel_error == pytest.approx(sigma, abs=1e-4)
+
+
+def test_bounds_keep_efficiencies_physical():
+    base = a100_like()
+    knobs = {k.name: k for k in knobs_for(base)}
+    top = apply_values(base, {"gemm_scale": knobs["gemm_scale"].hi,
+                              "attention_efficiency": knobs["attention_efficiency"].hi})
+    assert max(y for _, y in top.gemm_efficiency.points) <= 1.0 + 1e-12
+    assert top.attention_efficiency <= 1.0
+    assert knobs["dp_overlap"].hi == 1.0 and knobs["hbm_efficiency"].hi == 1.0
+    for knob in knobs.values():
+        for u in (0.0, 0.3, 1.0):
+            assert knob.to_unit(knob.to_value(u)) == pytest.approx(u, abs=1e-12)
+
+
+def test_stock_values_change_nothing():
+    base, runs, layouts = synthetic_runs(hiddens=(2048,), tps=(2,), mbss=(1,))
+    same = apply_values(base, {})
+    assert predict_step_times(same, runs, layouts)[0] == predict_step_times(base, runs, layouts)[0]
+
+
+def test_written_profile_loads_with_provenance(tmp_path):
+    base, runs, layouts = synthetic_runs(hiddens=(1024, 4096), tps=(1, 8), mbss=(1,))
+    fit = calibrate(base, runs, layouts=layouts, names=["gemm_scale"])
+    path = tmp_path / "fitted.yaml"
+    path.write_text(profile_yaml(fit.profile))
+    loaded = load_gpu(str(path))
+    assert loaded.name == base.name
+    assert loaded.provenance["runs"] == [r.run_id for r in runs]
+    assert set(loaded.provenance["residuals"]) == {r.run_id for r in runs}
+    assert loaded.step_time_rel_error == fit.profile.step_time_rel_error
+    assert "gemm_efficiency" in loaded.sources and "fitted" in loaded.sources["gemm_efficiency"]
+    factor = fit.values["gemm_scale"]
+    assert loaded.gemm_efficiency.points[-1][1] == pytest.approx(
+        min(1.0, base.gemm_efficiency.points[-1][1] * factor))
+
+
+def _plan(t: float, rel: float):
+    est = SimpleNamespace(step_time_s=t, step_time_low_s=t * (1 - rel),
+                          step_time_high_s=t * (1 + rel))
+    return SimpleNamespace(estimate=est)
+
+
+def test_plans_indistinguishable():
+    # best 10 s +-5% = [9.5, 10.5]; 10.9 s -> low 10.355 overlaps; 11.1 s -> low 10.545 does not
+    plans = [_plan(10.0, 0.05), _plan(10.9, 0.05), _plan(11.1, 0.05), _plan(12.0, 0.05)]
+    assert plans_indistinguishable(plans) == 2
+    assert plans_indistinguishable([_plan(10.0, 0.0), _plan(10.0, 0.0), _plan(10.1, 0.0)]) == 2
+    assert plans_indistinguishable([]) == 0
+
+
+def _write_records(path, runs, layouts):
+    with open(path, "w") as f:
+        for run, layout in zip(runs, layouts, strict=True):
+            f.write(json.dumps({
+                "model_spec": run.model.model_dump(mode="json"), **layout.as_dict(),
+                "seq_len": run.job.seq_len, "global_batch": run.job.global_batch,
+                "world_size": 8, "measured_step_time_s": run.measured_step_time_s,
+                "ok": True, "error": None}) + "\n")
+
+
+def test_cli_calibrate_from_records(tmp_path, monkeypatch, capsys):
+    from planner.cli import main
+
+    base, runs, layouts = synthetic_runs(hiddens=(1024, 4096), tps=(1, 8), mbss=(1,))
+    records = tmp_path / "runs.jsonl"
+    _write_records(records, runs, layouts)
+    start = tmp_path / "base.yaml"
+    start.write_text(profile_yaml(base))
+    out = tmp_path / "fitted.yaml"
+    monkeypatch.setenv("COLUMNS", "200")  # rich wraps the table to the terminal width
+    monkeypatch.setattr(sys, "argv", ["planner", "calibrate", "--runs", str(records),
+                                      "--profile", str(start), "--out", str(out),
+                                      "--fit", "gemm_scale,step_overhead_s"])
+    main()
+    text = capsys.readouterr().out
+    assert "leave-one-out" in text and "runs.jsonl:4" in text
+    fitted = load_gpu(str(out))
+    assert fitted.provenance["fitted"].keys() == {"gemm_scale", "step_overhead_s"}
+
+
+def test_cli_bad_input_is_one_line(tmp_path, monkeypatch, capsys):
+    from planner.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["planner", "calibrate", "--runs", str(tmp_path / "no.jsonl"),
+                                      "--profile", "A100", "--out", str(tmp_path / "x.yaml")])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: runs file not found: {tmp_path / 'no.jsonl'}"]
