@@ -1,12 +1,114 @@
-"""`planner estimate` (placeholder until its issue lands)."""
+"""`planner estimate`: predict one layout, term by term, whether it fits or not.
+
+    planner estimate --model llama70b --cluster 128xA100 --tp 8 --pp 4
+    planner estimate --model llama3-70b --cluster 64xH100 --tp 8 --pp 4 --zero 1 --json
+    planner estimate --model gpt3-175b --cluster 16x8xA100 --tp 8 --pp 8 --vpp 3 --csv plan.csv
+
+Knobs not given take these defaults: dp = GPUs / (tp * pp * cp), cp = ep = vpp = mbs = 1,
+zero = 1 (Megatron's distributed optimizer), recompute = selective, sp on when tp > 1.
+A layout that does not fit is still estimated (fits false, with what overflows); degrees that do
+not multiply to the GPU count or do not divide heads, layers or the batch exit 2.
+"""
+
+from __future__ import annotations
 
 import typer
 
 from planner.cli.app import app
-from planner.errors import PlannerError
+from planner.cli.options import (
+    ClusterOpt,
+    CpOpt,
+    CsvOpt,
+    DpOpt,
+    EpOpt,
+    GlobalBatchOpt,
+    JsonOpt,
+    MbsOpt,
+    ModelOpt,
+    PpOpt,
+    PrecisionChoice,
+    PrecisionOpt,
+    ProfileOpt,
+    RecomputeOpt,
+    SeqLenOpt,
+    SpOpt,
+    TpOpt,
+    VppOpt,
+    ZeroOpt,
+    load_inputs,
+)
+from planner.errors import LayoutError
+
+DEFAULT_ZERO = 1  # Megatron's distributed optimizer: the common large-model default
+DEFAULT_RECOMPUTE = "selective"  # Korthikanti 2022: selective + SP is Megatron's recommended mode
 
 
-@app.command("estimate", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def estimate_cmd(ctx: typer.Context) -> None:
-    """Not implemented yet."""
-    raise PlannerError("'planner estimate' is not implemented yet")
+@app.command("estimate")
+def estimate_cmd(
+    model: ModelOpt,
+    cluster: ClusterOpt,
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    dp: DpOpt = None,
+    cp: CpOpt = None,
+    ep: EpOpt = None,
+    vpp: VppOpt = None,
+    mbs: MbsOpt = None,
+    zero: ZeroOpt = None,
+    recompute: RecomputeOpt = None,
+    sp: SpOpt = None,
+    precision: PrecisionOpt = PrecisionChoice.bf16,
+    seq_len: SeqLenOpt = None,
+    global_batch: GlobalBatchOpt = None,
+    profile: ProfileOpt = None,
+    csv: CsvOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Predict step time, throughput, MFU and the memory of the most loaded GPU for one layout."""
+    from planner.costmodel import estimate
+    from planner.layout import Layout
+    from planner.plan import Plan
+
+    if tp is None or pp is None:
+        raise LayoutError("estimate needs --tp and --pp (use `planner solve` to search them)")
+    model_spec, cluster_spec, job = load_inputs(
+        model, cluster, profile, seq_len, global_batch, precision
+    )
+    cp = cp or 1
+    if dp is None:
+        n = cluster_spec.num_gpus
+        if n % (tp * pp * cp):
+            raise LayoutError(
+                f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp} does not divide the "
+                f"{n} GPUs of {cluster_spec}; give degrees whose product is {n}"
+            )
+        dp = n // (tp * pp * cp)
+    layout = Layout(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=ep or 1,
+        vpp=vpp or 1,
+        mbs=mbs or 1,
+        zero=DEFAULT_ZERO if zero is None else zero,
+        recompute=recompute.value if recompute is not None else DEFAULT_RECOMPUTE,
+        sp=(tp > 1) if sp is None else sp,
+    )
+    plan = Plan(layout=layout, estimate=estimate(model_spec, cluster_spec, job, layout))
+    from planner import report
+
+    if csv is not None:
+        report.write_plans_csv([plan], csv)
+    if as_json:
+        typer.echo(report.plan_json(plan))
+        return
+    from rich.console import Console
+
+    console = Console()
+    console.print(
+        f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), {job.precision}"
+    )
+    report.print_estimate(plan, console)
+    if csv is not None:
+        console.print(f"wrote {csv}")

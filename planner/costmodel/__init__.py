@@ -1,0 +1,126 @@
+"""The analytical cost model: memory of the most loaded GPU and time per optimizer step of one
+layout, term by term (the plan columns of ../shared/CONTRACT.md).
+
+    estimate(model, cluster, job, layout) -> Estimate          one layout, checked
+    estimate_batch(model, cluster, job, layouts) -> dict        many layouts, numpy columns
+    layout_violations(model, cluster, job, layout) -> list[str] structural problems
+
+estimate() is estimate_batch() on one layout, so the two agree exactly. Modules: memory.py
+(weights/grads/optimizer per ZeRO stage, activations), compute.py (GEMM/attention/element-wise
+time, FLOPs), comm.py (collectives on the profile's busbw curves), pipeline.py (stages, in-flight
+micro-batches, bubble), checks.py (layout checks), batch.py (assembly).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from planner.costmodel.batch import estimate_batch
+from planner.costmodel.checks import layout_violations
+from planner.errors import LayoutError
+from planner.layout import Layout
+from planner.specs import ClusterSpec, JobSpec, ModelSpec
+
+__all__ = ["Estimate", "estimate", "estimate_batch", "layout_violations"]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Prediction for one layout: the non-layout plan columns (seconds per optimizer step, GiB,
+    TFLOP/s per GPU, fractions of peak), the step-time band and, when it does not fit, why."""
+
+    grad_accum: int
+    global_batch: int
+    seq_len: int
+    step_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    model_tflops_per_gpu: float
+    hw_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    peak_mem_gb: float
+    mem_capacity_gb: float
+    fits: bool
+    time_compute_s: float
+    time_tp_comm_s: float
+    time_cp_comm_s: float
+    time_ep_comm_s: float
+    time_pp_comm_s: float
+    time_pp_bubble_s: float
+    time_dp_comm_exposed_s: float
+    time_optimizer_s: float
+    mem_weights_gb: float
+    mem_grads_gb: float
+    mem_optimizer_gb: float
+    mem_activations_gb: float
+    mem_other_gb: float
+    step_time_low_s: float
+    step_time_high_s: float
+    peak_stage: int = 0  # pipeline stage of the most loaded GPU
+    in_flight: float = 1.0  # micro-batches of activations held there (stage-equivalents)
+    overflow: list[str] = field(default_factory=list)
+
+    def columns(self) -> dict[str, Any]:
+        """The plan columns this estimate owns (plus the step-time band), for Plan.row()."""
+        skip = {"peak_stage", "in_flight", "overflow"}
+        return {k: v for k, v in asdict(self).items() if k not in skip}
+
+    @classmethod
+    def from_batch(cls, cols: Mapping[str, np.ndarray], i: int = 0) -> Estimate:
+        """Row i of estimate_batch's columns."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name == "overflow":
+                continue
+            v = cols[f.name][i]
+            if f.type in ("int", int):
+                values[f.name] = int(v)
+            elif f.type in ("bool", bool):
+                values[f.name] = bool(v)
+            else:
+                values[f.name] = float(v)
+        est = cls(**values)
+        return est if est.fits else cls(**values, overflow=overflow_reasons(est))
+
+
+def overflow_reasons(est: Estimate) -> list[str]:
+    """Readable lines: what overflows the usable memory and by how much."""
+    over = est.peak_mem_gb - est.mem_capacity_gb
+    state = est.mem_weights_gb + est.mem_grads_gb + est.mem_optimizer_gb
+    lines = [
+        f"peak {est.peak_mem_gb:.1f} GiB on pipeline stage {est.peak_stage} exceeds the usable "
+        f"{est.mem_capacity_gb:.1f} GiB by {over:.1f} GiB",
+        f"weights {est.mem_weights_gb:.1f} + grads {est.mem_grads_gb:.1f} + optimizer "
+        f"{est.mem_optimizer_gb:.1f} + activations {est.mem_activations_gb:.1f} "
+        f"({est.in_flight:g} micro-batches in flight) + other {est.mem_other_gb:.1f} GiB",
+    ]
+    if state > est.mem_capacity_gb:
+        lines.append(
+            f"model state alone ({state:.1f} GiB) exceeds the capacity: shard it more "
+            "(higher tp or pp, or a higher zero stage)"
+        )
+    elif est.mem_activations_gb > over:
+        lines.append("activations dominate: try recompute, a smaller mbs, sp, or more tp/cp")
+    return lines
+
+
+def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout) -> Estimate:
+    """Predict one layout; LayoutError (all reasons) when it cannot run at all. A layout that
+    does not fit in memory is still estimated (fits False, overflow says why)."""
+    problems = layout_violations(model, cluster, job, layout)
+    if problems:
+        raise LayoutError(f"layout {layout} is invalid: " + "; ".join(problems))
+    return Estimate.from_batch(estimate_batch(model, cluster, job, [layout]), 0)
+
+
+def estimate_many(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layouts: Sequence[Layout]
+) -> list[Estimate]:
+    """Estimate objects for many (valid) layouts through one estimate_batch call."""
+    cols = estimate_batch(model, cluster, job, layouts)
+    return [Estimate.from_batch(cols, i) for i in range(len(layouts))]

@@ -1,0 +1,149 @@
+"""Compute time of one micro-batch on one stage, and FLOP counts.
+
+GEMMs: every projection is its own GEMM whose FLOP (2 x tokens x weight elements / t after the
+TP split) sets its achieved efficiency from the profile's curve (hardware-facts 2.1: efficiency
+collapses below ~2048^3); time = FLOP / (peak x efficiency(FLOP)). Attention core (flash) runs
+at profile.attention_efficiency of the 16-bit peak, counted causally (half the s x s square).
+Backward = 2 x forward (dgrad + wgrad; Narayanan 2021 sec. 5.1, Megatron's expansion factor
+3 = fwd + 2 bwd [S13]). Element-wise work (norms, residual adds, rotary, activation function,
+MoE permutation, cross-entropy) is memory-bound: bytes moved / achieved HBM bandwidth.
+Model FLOPs follow the Megatron paper convention: ModelSpec.train_flops_per_token with
+causal=False (Narayanan 2021 eq. 3, the full s x s attention square); hardware FLOPs add the
+recomputed forward work (Korthikanti 2022 sec. 5: selective adds the attention core, full adds
+the transformer layers' forward, not the LM head).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.specs import GpuProfile, ModelSpec
+
+BACKWARD_FACTOR = 2.0  # backward / forward time (dgrad + wgrad GEMMs; flash bwd ~ 2x fwd count)
+# Element-wise bytes per token per layer in forward, read + write at 2 bytes/element: each norm
+# reads and writes h (2 x 2h x 2 B), each residual add reads 2h and writes h (2 x 3h x 2 B).
+NORM_RESIDUAL_BYTES_PER_H = 2 * 2 * 2 + 2 * 3 * 2  # = 20 h bytes, divided by t with SP only
+CE_BYTES_PER_LOGIT = 16.0  # softmax cross-entropy over fp32 logits: ~2 reads + 2 writes x 4 B
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """Forward seconds per micro-batch for one layer (or the head), per layout (arrays)."""
+
+    gemm: np.ndarray  # projection GEMMs
+    attention: np.ndarray  # flash attention core
+    elementwise: np.ndarray  # memory-bound work
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.gemm + self.attention + self.elementwise
+
+
+def _gemm_time(flop, peak: float, curve) -> np.ndarray:  # noqa: ANN001
+    flop = np.asarray(flop, dtype=float)
+    eff = np.maximum(curve.interp(np.maximum(flop, 1.0)), 1e-3)
+    return np.where(flop > 0, flop / (peak * eff), 0.0)
+
+
+def matmul_peak_and_curve(gpu: GpuProfile, precision: str):  # noqa: ANN201
+    """(peak FLOP/s, efficiency curve) for the matmul precision; fp8 as Transformer Engine runs
+    it: fp8 peak with the fp8 curve when the profile has one, else the bf16 curve."""
+    peak = gpu.peak_flops(precision)
+    curve = (
+        gpu.fp8_gemm_efficiency
+        if precision == "fp8" and gpu.fp8_gemm_efficiency
+        else gpu.gemm_efficiency
+    )
+    return peak, curve
+
+
+def attention_peak(gpu: GpuProfile, precision: str) -> float:
+    """Flash attention runs in 16-bit even in fp8 recipes (TE's fp8 attention is opt-in)."""
+    return gpu.peak_flops("fp16" if precision == "fp16" else "bf16")
+
+
+def layer_forward_times(
+    model: ModelSpec, gpu: GpuProfile, precision: str, moe: bool, tokens, tp, ep, sp, seq_len: int
+) -> LayerTimes:
+    """Forward time of one transformer layer for `tokens` local tokens (mbs x s / cp) per rank."""
+    peak, curve = matmul_peak_and_curve(gpu, precision)
+    tokens = np.asarray(tokens, dtype=float)
+    tp = np.asarray(tp, dtype=float)
+    h, a = model.hidden_size, model.num_attention_heads
+    v_dim = (model.v_head_dim or model.head_size) if model.is_mla else model.head_size
+    out_w = a * v_dim * h
+    qkv_w = model.attention_params - out_w
+    mats = 3 if model.activation == "swiglu" else 2
+    gemm = _gemm_time(2 * tokens * qkv_w / tp, peak, curve) + _gemm_time(
+        2 * tokens * out_w / tp, peak, curve
+    )
+    if moe:
+        e, k = model.num_experts, model.num_experts_per_tok
+        effn = model.expert_ffn
+        tok_per_expert = (
+            tokens * k * np.asarray(ep, dtype=float) / e
+        )  # ep ranks x T x k over E experts
+        local_experts = e / np.asarray(ep, dtype=float)
+        gemm = gemm + local_experts * (
+            _gemm_time(2 * tok_per_expert * (mats - 1) * h * effn / tp, peak, curve)
+            + _gemm_time(2 * tok_per_expert * h * effn / tp, peak, curve)
+        )
+        if model.num_shared_experts:
+            sh = model.num_shared_experts * effn
+            gemm = gemm + _gemm_time(2 * tokens * (mats - 1) * h * sh / tp, peak, curve)
+            gemm = gemm + _gemm_time(2 * tokens * h * sh / tp, peak, curve)
+        gemm = gemm + _gemm_time(2 * tokens * h * e, peak, curve)  # router, not TP-split
+        ffn_local = (k + model.num_shared_experts) * effn
+        permute = 2 * 2 * 2 * tokens * k * h  # dispatch + combine, read + write, 2 B
+    else:
+        ffn = model.intermediate_size
+        gemm = gemm + _gemm_time(2 * tokens * (mats - 1) * h * ffn / tp, peak, curve)
+        gemm = gemm + _gemm_time(2 * tokens * h * ffn / tp, peak, curve)
+        ffn_local = ffn
+        permute = 0.0
+    attn_flop = model.attention_flops_per_token(seq_len, causal=True) / model.num_hidden_layers
+    attention = (
+        attn_flop * tokens / tp / (attention_peak(gpu, precision) * gpu.attention_efficiency)
+    )
+    # element-wise: norms + residuals (replicated across TP unless SP), rotary on q and k,
+    # the activation function (reads its inputs, writes ffn), all at 2 bytes/element
+    rep_div = np.where(sp, tp, 1.0)
+    kv = model.kv_heads
+    rope = 2 * 2 * (a + kv) * model.head_size if model.position_embedding == "rope" else 0
+    act_bytes = (mats * ffn_local) * 2
+    per_token = NORM_RESIDUAL_BYTES_PER_H * h / rep_div + (rope + act_bytes) / tp
+    elementwise = (per_token * tokens + permute / tp) / gpu.hbm_bytes_per_s
+    return LayerTimes(
+        gemm=gemm,
+        attention=np.broadcast_to(attention, gemm.shape).astype(float),
+        elementwise=np.asarray(elementwise, dtype=float),
+    )
+
+
+def head_forward_time(model: ModelSpec, gpu: GpuProfile, precision: str, tokens, tp):  # noqa: ANN001, ANN201
+    """Forward time of the LM head GEMM + cross-entropy on the last stage, per micro-batch."""
+    peak, curve = matmul_peak_and_curve(gpu, precision)
+    tokens = np.asarray(tokens, dtype=float)
+    tp = np.asarray(tp, dtype=float)
+    v, h = model.vocab_size, model.hidden_size
+    gemm = _gemm_time(2 * tokens * h * v / tp, peak, curve)
+    ce = CE_BYTES_PER_LOGIT * tokens * v / tp / gpu.hbm_bytes_per_s
+    return gemm + ce
+
+
+def model_flops_per_step(model: ModelSpec, seq_len: int, global_batch: int) -> float:
+    """Model FLOP per optimizer step, no recompute, non-causal attention (Megatron paper)."""
+    return model.train_flops_per_token(seq_len, causal=False) * seq_len * global_batch
+
+
+def recompute_flops_per_step(model: ModelSpec, seq_len: int, global_batch: int, recompute):  # noqa: ANN001, ANN201
+    """Extra (hardware) FLOP per step from recomputation: 0 none, 1 selective (attention core
+    forward again), 2 full (the transformer layers' forward again, not the LM head)."""
+    tokens = seq_len * global_batch
+    attn = model.attention_flops_per_token(seq_len, causal=False) * tokens
+    head = 2.0 * model.vocab_size * model.hidden_size * tokens
+    full = model.forward_flops_per_token(seq_len, causal=False) * tokens - head
+    recompute = np.asarray(recompute)
+    return np.select([recompute == 1, recompute == 2], [attn, full], default=0.0)

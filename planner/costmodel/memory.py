@@ -1,0 +1,158 @@
+"""Memory of one GPU: weights, gradients and optimizer state per precision recipe and ZeRO
+stage, activations per layer derived from the architecture, and temporary buffers.
+
+Sources:
+- [S13] Megatron-LM `theoretical_memory_usage.py` and the distributed-optimizer doc table:
+  18 bytes/param (bf16 params, fp32 grads, fp32 master + Adam m, v), 6 + 12/d with the
+  distributed optimizer; stage 0 holds the embedding.
+- [S16] ZeRO (Rajbhandari et al. 2019, arXiv:1910.02054) section 5: (2 + 2 + K) Psi with
+  K = 12; ZeRO-1 4 Psi + K Psi/Nd, ZeRO-2 2 Psi + (2 + K) Psi/Nd, ZeRO-3 (2 + 2 + K) Psi/Nd.
+- [S14] Korthikanti et al. 2022 (arXiv:2205.05198) section 4.1 / Table 2: per-layer activation
+  tensors, sbh(34 + 5as/h) for GPT with dropout, and their TP / SP / recompute divisions.
+All byte counts are bytes; activations are 16-bit except dropout masks (1 byte) and the fp32
+softmax statistics / logits named below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.specs import ModelSpec
+
+# Bytes per parameter of each recipe, by ZeRO stage: (weights, grads, optimizer) and which of
+# them are sharded over the data-parallel group.
+#  0: Megatron DDP: bf16 weights, fp32 main-grad buffer (bf16 runs accumulate and all-reduce
+#     gradients in fp32, Megatron arguments.py), fp32 master + m + v = 2 + 4 + 12 = 18 [S13].
+#  1: Megatron distributed optimizer: 2 + 4 + 12/d = 6 + 12/d [S13].
+#  2: ZeRO-2 (DeepSpeed / FSDP SHARD_GRAD_OP, bf16 gradients): 2 + (2 + 12)/d [S16].
+#  3: ZeRO-3 / FSDP FULL_SHARD mixed precision: (2 + 2 + 12)/d [S16].
+WEIGHT_BYTES = 2.0  # bf16/fp16 working copy; fp8 (Transformer Engine) keeps it (casts per GEMM)
+OPTIMIZER_BYTES = 12.0  # fp32 master weight + Adam m + v, K = 12 [S16]
+GRAD_BYTES_BY_ZERO = np.array([4.0, 4.0, 2.0, 2.0])
+GRADS_SHARDED_BY_ZERO = np.array([False, False, True, True])
+WEIGHTS_SHARDED_BY_ZERO = np.array([False, False, False, True])
+OPT_SHARDED_BY_ZERO = np.array([False, True, True, True])
+CHECKPOINT_BYTES_PER_PARAM = 14.0  # bf16 weights 2 + fp32 master 4 + m 4 + v 4 (seed 001 ch. 7)
+ZERO3_LIVE_UNITS = 3  # FSDP: the gathered unit in use, the prefetched next one, its full grads
+INPUT_ID_BYTES = 8  # int64 token ids kept per micro-batch on stage 0 (Megatron "8sbp" [S13])
+LOGIT_BYTES = 6.0  # per logit on the last stage: bf16 LM-head output + its fp32 upcast for the
+#                    loss, both live at the upcast (Korthikanti's 4sbV counts the fp32 copy)
+
+
+def param_state_bytes(
+    zero: int, d: float, grad_bytes: float | None = None
+) -> tuple[float, float, float]:
+    """(weight, grad, optimizer) bytes per parameter at ZeRO stage `zero` on a DP group of d.
+    grad_bytes overrides the recipe's gradient width (2 gives the ZeRO paper's table)."""
+    g = GRAD_BYTES_BY_ZERO[zero] if grad_bytes is None else grad_bytes
+    w = WEIGHT_BYTES / d if WEIGHTS_SHARDED_BY_ZERO[zero] else WEIGHT_BYTES
+    g = g / d if GRADS_SHARDED_BY_ZERO[zero] else g
+    o = OPTIMIZER_BYTES / d if OPT_SHARDED_BY_ZERO[zero] else OPTIMIZER_BYTES
+    return float(w), float(g), float(o)
+
+
+def param_state_arrays(zero, d):  # noqa: ANN001, ANN201 - numpy in, numpy out
+    """Vectorized param_state_bytes (recipe gradient widths)."""
+    zero = np.asarray(zero, dtype=int)
+    d = np.asarray(d, dtype=float)
+    w = np.where(WEIGHTS_SHARDED_BY_ZERO[zero], WEIGHT_BYTES / d, WEIGHT_BYTES)
+    g = np.where(
+        GRADS_SHARDED_BY_ZERO[zero], GRAD_BYTES_BY_ZERO[zero] / d, GRAD_BYTES_BY_ZERO[zero]
+    )
+    o = np.where(OPT_SHARDED_BY_ZERO[zero], OPTIMIZER_BYTES / d, OPTIMIZER_BYTES)
+    return w, g, o
+
+
+def checkpoint_bytes(model: ModelSpec) -> float:
+    """Full training checkpoint (weights + fp32 master + Adam m, v), bytes."""
+    return CHECKPOINT_BYTES_PER_PARAM * model.num_params
+
+
+def uses_dropout(model: ModelSpec) -> bool:
+    """Dropout masks are stored for GPT-style (GeLU) models, trained with dropout 0.1 in
+    Megatron's GPT recipes (Korthikanti 2022 counts them); Llama-style SwiGLU models train
+    without dropout (Llama 2/3 configs: attention_dropout 0)."""
+    return model.activation == "gelu"
+
+
+@dataclass(frozen=True)
+class LayerActivation:
+    """Stored activation bytes per token of one transformer layer, split by how TP divides them.
+
+    replicated: kept whole on every TP rank without SP, divided by t with SP (norm inputs, the
+      norm outputs feeding QKV and MLP, dropout masks on the residual).
+    sharded: divided by t (Q, K, V, attention context, MLP hidden tensors).
+    score_per_key: bytes per token per attended key of the s x s score tensors (softmax output,
+      and with attention dropout its mask and output: 5 a bytes per key, Korthikanti's 5as/h),
+      stored only without flash attention and without recompute; divided by t.
+    softmax_stats: flash attention's fp32 log-sum-exp per head (4 a bytes), divided by t;
+      kept only without recompute (selective recompute re-runs the core attention).
+    layer_input: the layer's input kept under full recompute (2h bytes), / t with SP.
+    """
+
+    replicated: float
+    sharded: float
+    score_per_key: float
+    softmax_stats: float
+    layer_input: float
+
+
+def layer_activation(model: ModelSpec, moe: bool, dropout: bool | None = None) -> LayerActivation:
+    """Activation bytes per token of one layer, derived from the spec (Korthikanti 2022 sec. 4.1
+    generalized: GQA shrinks K and V to kv_heads, SwiGLU stores gate and up outputs (2 x ffn)
+    plus their product, MoE stores each routed copy of the token and its expert hidden tensors)."""
+    drop = uses_dropout(model) if dropout is None else dropout
+    h, a = model.hidden_size, model.num_attention_heads
+    if model.is_mla:
+        qk = (model.qk_nope_head_dim or 0) + (model.qk_rope_head_dim or 0)
+        v = model.v_head_dim or model.head_size
+        # q, k (full heads after up-projection), v, context, plus the low-rank latents
+        attn = 2 * (a * qk + a * qk + a * v + a * v)
+        attn += 2 * ((model.kv_lora_rank or 0) + (model.q_lora_rank or 0))
+    else:
+        d, kv = model.head_size, model.kv_heads
+        attn = 2 * (a * d + 2 * kv * d + a * d)  # Q, K, V, context (out-proj input)
+
+    def mlp_hidden(ffn: int) -> int:
+        # gelu / squared relu: fc1 output + activation output, 2 bytes each (Korthikanti: 16sbh
+        # at ffn = 4h); swiglu: gate and up outputs + their product
+        return (6 if model.activation == "swiglu" else 4) * ffn
+
+    if moe:
+        k = model.num_experts_per_tok
+        mlp = k * (mlp_hidden(model.expert_ffn) + 2 * h)  # each routed copy: input + hidden
+        mlp += model.num_shared_experts * mlp_hidden(model.expert_ffn)
+        mlp += 4 * model.num_experts  # fp32 router logits/probabilities
+    else:
+        mlp = mlp_hidden(model.intermediate_size)
+    replicated = (
+        2 * 2 * h + 2 * h + 2 * h + (2 * h if drop else 0)
+    )  # norm ins, QKV in, MLP in, masks
+    return LayerActivation(
+        replicated=float(replicated),
+        sharded=float(attn + mlp),
+        score_per_key=float((5 if drop else 2) * a),
+        softmax_stats=float(4 * a),
+        layer_input=float(2 * h),
+    )
+
+
+def activation_per_token(act: LayerActivation, tp, sp, recompute, keys, flash: bool = True):  # noqa: ANN001, ANN201
+    """Stored bytes per local token of one layer (vectorized over layouts).
+
+    tp: TP degree; sp: bool array; recompute: 0 none, 1 selective, 2 full; keys: attended keys per
+    query in the stored score tile (s / cp). Korthikanti Table 2 falls out: no flash, no
+    recompute, t = 1 -> 34 + 5as/h (times h); SP + selective -> 34/t."""
+    tp = np.asarray(tp, dtype=float)
+    rep_div = np.where(sp, tp, 1.0)
+    base = act.replicated / rep_div + act.sharded / tp
+    core = act.softmax_stats / tp if flash else act.score_per_key * np.asarray(keys) / tp
+    full = act.layer_input / rep_div
+    return np.select([recompute == 0, recompute == 1], [base + core, base], default=full)
+
+
+def full_layer_activation_per_token(act: LayerActivation, tp, sp, keys, flash: bool = True):  # noqa: ANN001, ANN201
+    """One layer's activations without recompute: the working set full recompute rebuilds."""
+    return activation_per_token(act, tp, sp, np.zeros_like(np.asarray(tp)), keys, flash)

@@ -1,0 +1,174 @@
+"""Plans as tables, CSV and JSON (the plan columns of ../shared/CONTRACT.md, in contract order),
+and the rich breakdown of one plan. pandas and rich are imported inside the functions: the CLI
+must start fast."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from planner.io import write_text_atomic
+from planner.plan import MEM_COLUMNS, PLAN_COLUMNS, TIME_COLUMNS, Plan
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.console import Console
+
+TIME_LABELS = {
+    "time_compute_s": "compute (fwd + bwd + recompute)",
+    "time_tp_comm_s": "TP/SP collectives",
+    "time_cp_comm_s": "CP ring exchange (exposed)",
+    "time_ep_comm_s": "EP all-to-all",
+    "time_pp_comm_s": "PP point-to-point",
+    "time_pp_bubble_s": "PP bubble",
+    "time_dp_comm_exposed_s": "DP gradient comm (exposed)",
+    "time_optimizer_s": "optimizer step + fixed overhead",
+}
+MEM_LABELS = {
+    "mem_weights_gb": "weights",
+    "mem_grads_gb": "gradients",
+    "mem_optimizer_gb": "optimizer state",
+    "mem_activations_gb": "activations (+ logits)",
+    "mem_other_gb": "collective / ZeRO buffers",
+}
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars -> Python; non-finite floats -> None (valid JSON)."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def plan_rows(plans: Sequence[Plan]) -> list[dict[str, Any]]:
+    """One dict per plan: the contract columns in order, then any extras."""
+    return [{k: _plain(v) for k, v in p.row().items()} for p in plans]
+
+
+def plans_frame(plans: Sequence[Plan]) -> pd.DataFrame:
+    """A DataFrame with PLAN_COLUMNS first (contract order), extras after."""
+    import pandas as pd
+
+    rows = plan_rows(plans)
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return pd.DataFrame(columns=list(PLAN_COLUMNS))
+    extras = [c for c in frame.columns if c not in PLAN_COLUMNS]
+    return frame[list(PLAN_COLUMNS) + extras]
+
+
+def plans_csv(plans: Sequence[Plan]) -> str:
+    """CSV text of the plans (header = the plan columns)."""
+    return plans_frame(plans).to_csv(index=False)
+
+
+def write_plans_csv(plans: Sequence[Plan], path: str | Path) -> None:
+    """Write the plans as CSV, atomically."""
+    write_text_atomic(path, plans_csv(plans))
+
+
+def plans_json(plans: Sequence[Plan]) -> str:
+    """A JSON list of plan objects."""
+    return json.dumps(plan_rows(plans), indent=2)
+
+
+def plan_json(plan: Plan) -> str:
+    """One plan as a JSON object (estimate --json)."""
+    return json.dumps(plan_rows([plan])[0], indent=2)
+
+
+def layout_label(plan: Plan) -> str:
+    return str(plan.layout)
+
+
+def print_plans_table(plans: Sequence[Plan], console: Console, title: str | None = None) -> None:
+    """A rich table of the main columns, one row per plan."""
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False)
+    for name, justify in [
+        ("#", "right"),
+        ("layout", "left"),
+        ("step s", "right"),
+        ("tok/s/GPU", "right"),
+        ("MFU", "right"),
+        ("mem GiB", "right"),
+        ("fits", "center"),
+        ("bubble", "right"),
+        ("comm exposed s", "right"),
+    ]:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for p in plans:
+        e = p.estimate
+        comm = (
+            e.time_tp_comm_s
+            + e.time_cp_comm_s
+            + e.time_ep_comm_s
+            + e.time_pp_comm_s
+            + e.time_dp_comm_exposed_s
+        )
+        band = ""
+        if e.step_time_high_s > e.step_time_low_s:
+            band = f" ({e.step_time_low_s:.2f}-{e.step_time_high_s:.2f})"
+        table.add_row(
+            str(p.rank) if p.rank else "-",
+            layout_label(p),
+            f"{e.step_time_s:.3f}{band}",
+            f"{e.tokens_per_s_per_gpu:,.0f}",
+            f"{e.mfu:.1%}",
+            f"{e.peak_mem_gb:.1f}/{e.mem_capacity_gb:.1f}",
+            "[green]yes[/]" if e.fits else "[red]no[/]",
+            f"{e.time_pp_bubble_s / e.step_time_s:.1%}" if e.step_time_s else "-",
+            f"{comm:.3f}",
+        )
+    console.print(table)
+
+
+def print_estimate(plan: Plan, console: Console) -> None:
+    """The breakdown of one plan: time terms, memory terms, throughput, and overflow reasons."""
+    from rich.table import Table
+
+    e = plan.estimate
+    console.print(
+        f"[bold]{plan.layout}[/]  grad_accum {e.grad_accum}, global batch "
+        f"{e.global_batch} x {e.seq_len} tokens"
+    )
+    t = Table(title="time per optimizer step", show_header=True)
+    t.add_column("term")
+    t.add_column("seconds", justify="right")
+    t.add_column("share", justify="right")
+    for col in TIME_COLUMNS:
+        v = getattr(e, col)
+        t.add_row(
+            TIME_LABELS.get(col, col),
+            f"{v:.4f}",
+            f"{v / e.step_time_s:.1%}" if e.step_time_s else "-",
+        )
+    band = (
+        f" (band {e.step_time_low_s:.3f}-{e.step_time_high_s:.3f})"
+        if e.step_time_high_s > e.step_time_low_s
+        else ""
+    )
+    t.add_row("[bold]step time[/]", f"[bold]{e.step_time_s:.4f}[/]", f"100%{band}")
+    m = Table(title="memory of the most loaded GPU (GiB)", show_header=True)
+    m.add_column("term")
+    m.add_column("GiB", justify="right")
+    for col in MEM_COLUMNS:
+        m.add_row(MEM_LABELS.get(col, col), f"{getattr(e, col):.2f}")
+    status = "[green]fits[/]" if e.fits else "[red]does not fit[/]"
+    m.add_row("[bold]peak[/]", f"[bold]{e.peak_mem_gb:.2f}[/]")
+    m.add_row("usable capacity", f"{e.mem_capacity_gb:.2f}  {status}")
+    console.print(t)
+    console.print(m)
+    console.print(
+        f"throughput {e.tokens_per_s:,.0f} tokens/s ({e.tokens_per_s_per_gpu:,.0f} per GPU), "
+        f"model {e.model_tflops_per_gpu:.1f} TFLOP/s/GPU (MFU {e.mfu:.1%}), "
+        f"hardware {e.hw_tflops_per_gpu:.1f} TFLOP/s/GPU (HFU {e.hfu:.1%})"
+    )
+    for line in e.overflow:
+        console.print(f"[red]overflow:[/] {line}")
