@@ -266,7 +266,9 @@ class ModelSpec(BaseModel):
 
     @cached_property
     def num_active_params(self) -> int:
-        """Parameters used per token (= num_params for dense models)."""
+        """Parameters used per token (= num_params for dense models), embedding and LM head
+        included as Mistral counts Mixtral's 12.9B; DeepSeek's 37B for V3 leaves the input
+        embedding out (num_active_params - embedding_params)."""
         layers = sum(self.layer_active_params(i) for i in range(self.num_hidden_layers))
         return layers + self.embedding_params + self.lm_head_params + self.final_norm_params
 
