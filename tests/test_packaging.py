@@ -1,0 +1,93 @@
+"""The wheel carries the built-in data: build it from the checkout's sources (tracked and
+untracked, not ignored), install it into a new virtualenv, and run `planner models --json` and
+`planner clusters --json` from outside the repo.
+
+The new venv gets the wheel without dependencies; the dependencies (pydantic, typer, numpy...) come
+from the test interpreter's site-packages through a .pth path entry. A plain path entry does not
+run that directory's own .pth files, so the repository's editable install stays invisible and
+`planner` can only be imported from the wheel (asserted below)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(*cmd: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=cwd,
+                            timeout=300)
+    assert result.returncode == 0, f"{cmd}:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """Build the wheel from a copy of the sources (git's view: tracked and untracked files that
+    are not ignored, so no build/ or .venv/); install it; return the venv's bin/."""
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("needs the git checkout to list the source files")
+    root = tmp_path_factory.mktemp("pkg")
+    src = root / "src"
+    tracked = _run("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard",
+                   cwd=REPO).stdout.split("\0")
+    for rel in filter(None, tracked):
+        if (REPO / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, src / rel)
+    dist = root / "dist"
+    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", dist, src)
+    wheel = next(dist.glob("llm_3d_planner-*.whl"))
+    venv = root / "venv"
+    _run(sys.executable, "-m", "venv", "--without-pip", venv)
+    vpy = venv / "bin" / "python"
+    _run(sys.executable, "-m", "pip", "--python", vpy, "install", "--no-deps", "-q", wheel)
+    purelib = Path(_run(vpy, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+                   .stdout.strip())
+    (purelib / "deps-from-test-env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv / "bin"
+
+
+@pytest.mark.slow
+def test_installed_wheel_serves_builtin_models_and_gpus(installed, tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    where = _run(installed / "python", "-c", "import planner; print(planner.__file__)",
+                 cwd=outside).stdout.strip()
+    assert str(installed.parent) in where, f"planner imported from {where}, not the wheel"
+
+    models = json.loads(_run(installed / "planner", "models", "--json", cwd=outside).stdout)
+    expected_models = {p.stem for p in (REPO / "model_specs").glob("*.yaml")}
+    assert {m["name"] for m in models} == expected_models
+    assert any("llama70b" in m["aliases"] for m in models)
+
+    clusters = json.loads(_run(installed / "planner", "clusters", "--json", cwd=outside).stdout)
+    expected_gpus = {p.stem for p in (REPO / "hardware_profiles").glob("*.yaml")}
+    assert {g["name"] for g in clusters["profiles"]} == expected_gpus
+    h100 = next(g for g in clusters["profiles"] if g["name"] == "H100-SXM")
+    assert h100["peak_bf16_tflops"] == 989  # dense BF16, hardware-facts section 1
+
+    # the validate subpackage ships under the planner name, never as a top-level `validate`
+    _run(installed / "python", "-c", "import planner.validate", cwd=outside)
+
+
+@pytest.mark.slow
+def test_wheel_contents(installed):
+    wheel = next(installed.parent.parent.glob("dist/llm_3d_planner-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert len(list((REPO / "hardware_profiles").glob("*.yaml"))) >= 11
+    assert len(list((REPO / "model_specs").glob("*.yaml"))) >= 20
+    for gpu in (REPO / "hardware_profiles").glob("*.yaml"):
+        assert f"planner/hardware_profiles/{gpu.name}" in names
+    for model in (REPO / "model_specs").glob("*.yaml"):
+        assert f"planner/model_specs/{model.name}" in names
+    assert not any(n.startswith(("validate/", "tests/", "hardware_profiles/")) for n in names)
