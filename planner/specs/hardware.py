@@ -117,12 +117,14 @@ class GpuProfile(BaseModel):
     intra_node_fabric: Fabric = Field(description="Scale-up fabric kind.")
     intra_node: LinkProfile = Field(description="Collectives inside the scale-up domain.")
     inter_node: LinkProfile = Field(
-        description="Collectives across domains (NICs), per GPU: the busbw of an all-reduce whose "
+        description="Collectives across domains, per NIC: the busbw of an all-reduce whose "
         "every ring step crosses a NIC (one GPU per node, or the inter-node phase of a "
-        "hierarchical all-reduce); link_gb_per_s is the per-GPU NIC share."
+        "hierarchical all-reduce); a GPU has nics_per_gpu of them."
     )
     nic_gbit_per_s: PositiveFloat = Field(description="Scale-out NIC line rate per GPU, Gbit/s.")
-    nics_per_gpu: PositiveFloat = Field(default=1.0, description="NICs per GPU.")
+    nics_per_gpu: PositiveFloat = Field(
+        default=1.0, description="NICs per GPU (0.5 when two GPUs share one NIC)."
+    )
 
     # Fitted by calibration (stock values stated with their source in `sources`).
     dp_overlap: float = Field(

@@ -155,7 +155,14 @@ def test_node_shapes_match_reference(gpus, name, per_node, domain, nic, fabric, 
     assert gpu.nic_gbit_per_s == nic
     assert gpu.intra_node_fabric == fabric
     assert gpu.intra_node.link_gb_per_s == link
-    assert gpu.inter_node.link_gb_per_s == pytest.approx(nic / 8)  # Gbit/s -> GB/s
+    # the inter-node tier is one NIC; a GPU's share is nics_per_gpu of it (Gbit/s -> GB/s)
+    assert gpu.inter_node.link_gb_per_s * gpu.nics_per_gpu == pytest.approx(nic / 8)
+
+
+def test_shared_nics_on_dgx1():
+    # DGX-1: 4x 100 Gb/s IB for 8 GPUs (hardware-facts 1.1 [S45]): one 12.5 GB/s NIC per 2 GPUs
+    v100 = load_gpu("V100")
+    assert (v100.nics_per_gpu, v100.inter_node.link_gb_per_s) == (0.5, 12.5)
 
 
 def test_measured_curves_reproduce_the_published_tables(gpus):
