@@ -1,12 +1,154 @@
-"""`planner validate` (placeholder until its issue lands)."""
+"""`planner validate`: run one layout for real under torchrun and append what it measured.
+
+    planner validate --model llama2-7b --layers 4 --hidden 256 --heads 8 --ffn 512 --vocab 1024 \\
+        --seq-len 128 --global-batch 8 --tp 2 --dp 2 --zero 3 --steps 5 --out runs.jsonl
+    planner validate --model llama70b --layers 8 --tp 8 --pp 2 --dp 4 --nnodes 8 \\
+        --rdzv-endpoint node0:29500 --out runs.jsonl --print-only   # then run it on every node
+
+Layout knobs default as in `estimate` (zero 1, selective recompute, sp when tp > 1). The
+scale-down options (--layers --hidden --heads --kv-heads --ffn --vocab) shrink the model's shape;
+the prediction is made for the model as it runs. Exit 0 when the run is ok, 1 when it failed
+(the record says why), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from planner.cli.app import app
-from planner.errors import PlannerError
+from planner.cli.options import (
+    CpOpt,
+    DpOpt,
+    EpOpt,
+    GlobalBatchOpt,
+    MbsOpt,
+    ModelOpt,
+    PpOpt,
+    ProfileOpt,
+    RecomputeOpt,
+    SeqLenOpt,
+    SpOpt,
+    TpOpt,
+    VppOpt,
+    ZeroOpt,
+)
 
 
-@app.command("validate", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def validate_cmd(ctx: typer.Context) -> None:
-    """Not implemented yet."""
-    raise PlannerError("'planner validate' is not implemented yet")
+def _dim(flag: str, what: str):  # noqa: ANN202 - an Annotated alias
+    return Annotated[int | None, typer.Option(flag, min=1, help=f"Scale down: {what}.")]
+
+
+@app.command("validate")
+def validate_cmd(
+    model: ModelOpt,
+    out: Annotated[Path, typer.Option("--out", "-o", help="JSON-lines file to append to.")],
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    dp: DpOpt = None,
+    cp: CpOpt = None,
+    ep: EpOpt = None,
+    vpp: VppOpt = None,
+    mbs: MbsOpt = None,
+    zero: ZeroOpt = None,
+    recompute: RecomputeOpt = None,
+    sp: SpOpt = None,
+    seq_len: SeqLenOpt = None,
+    global_batch: GlobalBatchOpt = None,
+    layers: _dim("--layers", "transformer layers") = None,
+    hidden: _dim("--hidden", "hidden size") = None,
+    heads: _dim("--heads", "attention heads") = None,
+    kv_heads: _dim("--kv-heads", "key/value heads") = None,
+    ffn: _dim("--ffn", "MLP hidden size") = None,
+    vocab: _dim("--vocab", "vocabulary size") = None,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Measured steps.")] = 5,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured steps first.")] = 2,
+    profile: ProfileOpt = None,
+    nproc: Annotated[int | None, typer.Option("--nproc", min=1, help="Processes per node "
+                                              "(default: tp*pp*dp*cp / nnodes).")] = None,
+    nnodes: Annotated[int, typer.Option("--nnodes", min=1, help="Nodes of the run.")] = 1,
+    rdzv_endpoint: Annotated[str | None, typer.Option(
+        "--rdzv-endpoint", help="HOST:PORT of the rendezvous (needed with --nnodes > 1).")] = None,
+    backend: Annotated[str | None, typer.Option(
+        "--backend", help="torch.distributed backend (default: nccl on GPUs, else gloo).")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Kill the run after this "
+                                           "many seconds (it counts as failed).")] = 600.0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of weights and synthetic data.")] = 0,
+    pp_schedule: Annotated[str, typer.Option(
+        "--pp-schedule", help="1f1b or gpipe (vpp > 1 always runs interleaved 1F1B).")] = "1f1b",
+    check: Annotated[bool, typer.Option("--check/--no-check", help="Compare step 1 with a "
+                                        "single-process run of the same model and data.")] = True,
+    print_only: Annotated[bool, typer.Option("--print-only", help="Write the run config and print "
+                                             "the torchrun command; do not run it.")] = False,
+) -> None:
+    """Run a layout for real under torchrun and append the measured record to --out."""
+    from rich.console import Console
+
+    from planner.cli.estimate import DEFAULT_RECOMPUTE, DEFAULT_ZERO
+    from planner.errors import SpecError
+    from planner.layout import Layout
+    from planner.registry import load_gpu, load_model
+    from planner.specs import JobSpec
+    from planner.validate.config import ScaleDown, scaled_spec
+    from planner.validate.launch import cleanup, execute, local_profile, prepare
+
+    if pp_schedule not in ("1f1b", "gpipe"):
+        raise SpecError(f"unknown --pp-schedule '{pp_schedule}' (1f1b or gpipe)")
+    spec = scaled_spec(load_model(model), ScaleDown(layers=layers, hidden=hidden, heads=heads,
+                                                    kv_heads=kv_heads, ffn=ffn, vocab=vocab))
+    tp, pp, dp = tp or 1, pp or 1, dp or 1
+    layout = Layout(
+        tp=tp, pp=pp, dp=dp, cp=cp or 1, ep=ep or 1, vpp=vpp or 1, mbs=mbs or 1,
+        zero=DEFAULT_ZERO if zero is None else zero,
+        recompute=recompute.value if recompute is not None else DEFAULT_RECOMPUTE,
+        sp=(tp > 1) if sp is None else sp,
+    )
+    job = JobSpec(seq_len=seq_len or spec.seq_len, global_batch=global_batch or spec.global_batch)
+    gpu = load_gpu(str(profile)) if profile is not None else local_profile()
+    launch = prepare(
+        spec, layout, job, out=out, steps=steps, warmup=warmup, profile=gpu,
+        profile_ref=str(profile) if profile is not None else (gpu.name if gpu else None),
+        nproc=nproc, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint, backend=backend, seed=seed,
+        check=check, pp_schedule=pp_schedule, timeout_s=timeout,
+    )
+    console = Console(stderr=True, soft_wrap=True)
+    console.print(f"[bold]{spec.name}[/] {layout} on {launch.nnodes}x{launch.nproc_per_node} "
+                  f"processes ({launch.backend})")
+    env = " ".join(f"{k}={v}" for k, v in launch.env.items())
+    console.print(f"torchrun command{' (run it on every node)' if nnodes > 1 else ''}:",
+                  highlight=False)
+    typer.echo(f"{env + ' ' if env else ''}{launch.command_line}")
+    if print_only:
+        return
+    record = execute(launch, timeout_s=timeout)
+    cleanup(launch, record)
+    _print_record(console, record, out)
+    if not record.get("ok"):
+        raise typer.Exit(1)
+
+
+def _print_record(console, record: dict, out: Path) -> None:  # noqa: ANN001
+    """Measured vs predicted, memory, the correctness check, or the failure reason."""
+    if not record.get("ok"):
+        console.print(f"[red]run failed:[/] {record.get('error')} (appended to {out})",
+                      highlight=False)
+        return
+    pred = record.get("predicted_step_time_s")
+    meas = record["measured_step_time_s"]
+    line = f"step time {meas:.4g} s measured (median of {len(record['measured_step_times_s'])})"
+    if pred:
+        line += f", {pred:.4g} s predicted ({(pred - meas) / meas:+.1%})"
+    elif record.get("prediction_error"):
+        line += f"; no prediction: {record['prediction_error']}"
+    console.print(line, highlight=False)
+    console.print(f"peak memory {record['measured_peak_mem_gb']:.3g} GiB, losses "
+                  + ", ".join(f"{x:.4f}" for x in record["losses"]), highlight=False)
+    if record.get("match") is not None:
+        verdict = "[green]match[/]" if record["match"] else "[red]MISMATCH[/]"
+        console.print(
+            f"step 1 vs single process: loss {record['loss_rel_error']:.1e}, grad norm "
+            f"{record['grad_norm_rel_error']:.1e} relative (tolerance "
+            f"{record['match_tolerance_rel']:.0e}) {verdict}", highlight=False)
+    console.print(f"appended to {out}", highlight=False)

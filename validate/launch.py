@@ -1,0 +1,275 @@
+"""Start a validate run under torchrun, watch it, and make sure a record exists afterwards.
+
+The launcher predicts the plan with the cost model (when a profile is known), writes the
+RunConfig, runs `python -m torch.distributed.run ... -m planner.validate.worker --config RUN.json`
+in its own process group, and on a crash, a hang past the timeout or an OOM kill appends a record
+with ok false and a one-line reason, then kills whatever is left of the group. No torch here
+except the optional GPU probe for the default profile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner.errors import LayoutError, SpecError
+from planner.io import append_jsonl, read_jsonl
+from planner.layout import Layout
+from planner.specs import ClusterSpec, GpuProfile, JobSpec, ModelSpec
+
+from .config import RunConfig
+from .records import failure_fields
+
+KILL_GRACE_S = 5.0  # SIGTERM, then SIGKILL this long after
+
+
+@dataclass
+class Launch:
+    """A prepared run: the config on disk and the torchrun command that runs it."""
+
+    config: RunConfig
+    config_path: Path
+    command: list[str]
+    nproc_per_node: int
+    nnodes: int
+    backend: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def command_line(self) -> str:
+        return shlex.join(self.command)
+
+
+def local_backend() -> str:
+    """nccl when a CUDA GPU is visible, gloo otherwise."""
+    try:
+        import torch
+
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    except ImportError:  # pragma: no cover - torch is required by validate
+        return "gloo"
+
+
+def local_profile() -> GpuProfile | None:
+    """The built-in profile whose name or alias appears in the local GPU's name, if any."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        name = torch.cuda.get_device_name(0).lower().replace(" ", "-")
+    except ImportError:  # pragma: no cover
+        return None
+    from planner.registry import builtin_gpus
+
+    best = None
+    for gpu in builtin_gpus().values():
+        for key in [gpu.name, *gpu.aliases]:
+            k = key.lower()
+            if k in name and (best is None or len(k) > best[0]):
+                best = (len(k), gpu)
+    return best[1] if best else None
+
+
+def predict(model: ModelSpec, layout: Layout, job: JobSpec, gpu: GpuProfile | None,
+            nnodes: int, nproc_per_node: int) -> dict[str, Any]:
+    """Plan columns and predicted_step_time_s for the run (null prediction without a profile or
+    without the cost model); the prediction's own error, if any, in `prediction_error`."""
+    out: dict[str, Any] = {
+        **layout.as_dict(), "rank": 0, "global_batch": job.global_batch, "seq_len": job.seq_len,
+        "grad_accum": layout.grad_accum(job.global_batch), "predicted_step_time_s": None,
+        "prediction_error": None,
+    }
+    if gpu is None:
+        out["prediction_error"] = "no profile for this hardware: pass --profile (`planner profile`)"
+        return out
+    try:
+        from planner.costmodel import estimate
+        from planner.plan import Plan
+    except ImportError as exc:  # the cost model is optional for a run
+        out["prediction_error"] = f"cost model unavailable: {exc}"
+        return out
+    cluster = ClusterSpec(gpu=gpu, num_nodes=nnodes, gpus_per_node=nproc_per_node)
+    try:
+        est = estimate(model, cluster, job, layout)
+    except LayoutError as exc:
+        out["prediction_error"] = str(exc)
+        return out
+    out.update(Plan(layout=layout, estimate=est).row())
+    out["predicted_step_time_s"] = est.step_time_s
+    out["predicted_step_time_low_s"] = est.step_time_low_s
+    out["predicted_step_time_high_s"] = est.step_time_high_s
+    return out
+
+
+def prepare(model: ModelSpec, layout: Layout, job: JobSpec, *, out: Path, steps: int, warmup: int,
+            profile: GpuProfile | None, profile_ref: str | None, nproc: int | None = None,
+            nnodes: int = 1, rdzv_endpoint: str | None = None, backend: str | None = None,
+            seed: int = 0, check: bool = True, pp_schedule: str = "1f1b",
+            timeout_s: float = 600.0, threads: int | None = None,
+            extra: dict[str, Any] | None = None) -> Launch:
+    """Check the run, predict it, write its config and build the torchrun command."""
+    from .config import require_supported
+
+    world = layout.num_gpus
+    if world % nnodes:
+        raise LayoutError(f"{world} processes (tp*pp*dp*cp) do not split over {nnodes} nodes")
+    per_node = nproc if nproc is not None else world // nnodes
+    if per_node * nnodes != world:
+        raise LayoutError(f"--nproc {per_node} x {nnodes} node(s) = {per_node * nnodes} processes, "
+                          f"but the layout {layout} needs tp*pp*dp*cp = {world}")
+    require_supported(model, layout, job.global_batch, job.seq_len)
+    backend = backend or local_backend()
+    if backend not in ("gloo", "nccl", "mpi", "xccl"):
+        raise SpecError(f"unknown backend '{backend}' (gloo on CPUs, nccl on GPUs)")
+    run_id = uuid.uuid4().hex[:12]
+    run_dir = out.parent / ".planner-validate" / run_id
+    base = {
+        "model": model.name, "layout": str(layout), "run_id": run_id,
+        "profile": profile_ref if profile is not None else None,
+        "profile_name": profile.name if profile is not None else None,
+        "steps": steps, "warmup": warmup, "seed": seed, "nnodes": nnodes,
+        "nproc_per_node": per_node, "pp_schedule": pp_schedule,
+        **predict(model, layout, job, profile, nnodes, per_node),
+        **(extra or {}),
+    }
+    config = RunConfig(
+        run_id=run_id, model=model, layout=layout.as_dict(), seq_len=job.seq_len,
+        global_batch=job.global_batch, steps=steps, warmup=warmup, seed=seed, check=check,
+        pp_schedule=pp_schedule, collective_timeout_s=max(30, int(timeout_s)),
+        out=out.resolve(), run_dir=run_dir.resolve(), base_record=base,
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_path = run_dir / "config.json"
+    config_path.write_text(config.model_dump_json(indent=1))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+           "--nproc-per-node", str(per_node), "--max-restarts", "0"]
+    if rdzv_endpoint:
+        cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint, "--rdzv-id", run_id]
+    elif nnodes == 1:
+        cmd += ["--standalone"]
+    else:
+        raise SpecError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the first node)")
+    cmd += ["-m", "planner.validate.worker", "--config", str(config_path.resolve())]
+    env = {}
+    if backend == "gloo":  # share the cores between the ranks of this node
+        n = threads or max(1, (os.cpu_count() or 1) // per_node)
+        env = {"OMP_NUM_THREADS": str(n), "PLANNER_THREADS": str(n)}
+    return Launch(config, config_path, cmd, per_node, nnodes, backend, env)
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGTERM the process group, then SIGKILL what is left after a grace period."""
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+
+
+def _find_record(out: Path, run_id: str) -> dict[str, Any] | None:
+    if not out.is_file():
+        return None
+    try:
+        records = read_jsonl(out)
+    except SpecError:
+        return None
+    for rec in reversed(records):
+        if rec.get("run_id") == run_id:
+            return rec
+    return None
+
+
+def _failure_reason(launch: Launch, rc: int | None, timeout_s: float | None, log: Path) -> str:
+    """One line: the hang, the first rank's own error, or how torchrun saw a rank die."""
+    if timeout_s is not None:
+        return f"timed out after {timeout_s:g} s (a rank hung or the run is too slow); killed"
+    errors = sorted(Path(launch.config.run_dir).glob("error-rank*.txt"),
+                    key=lambda p: p.stat().st_mtime)
+    if errors:
+        rank = errors[0].stem.removeprefix("error-rank")
+        return f"rank {rank}: {errors[0].read_text().strip()}"
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    for line in text.splitlines():
+        if "exitcode" in line and "(pid" in line:
+            code = line.split(":", 1)[1].strip()
+            hint = " (killed: out of host memory?)" if "SIGKILL" in code else ""
+            return f"a rank exited with {code}{hint}; see {log}"
+    return f"torchrun exited with code {rc}; see {log}"
+
+
+def execute(launch: Launch, timeout_s: float = 600.0) -> dict[str, Any]:
+    """Run the prepared torchrun command and return the run's record (appending a failure record
+    when the workers did not write one). Nothing of the process group survives this call."""
+    cfg = launch.config
+    log = Path(cfg.run_dir) / "torchrun.log"
+    env = {**os.environ, **launch.env}
+    timed_out = False
+    with open(log, "w") as log_file:
+        proc = subprocess.Popen(launch.command, stdout=log_file, stderr=subprocess.STDOUT,
+                                env=env, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out, rc = True, None
+        except BaseException:  # Ctrl-C: leave nothing behind
+            _kill_group(proc.pid)
+            raise
+        finally:
+            _kill_group(proc.pid)
+            proc.wait()
+    record = _find_record(cfg.out, cfg.run_id)
+    if record is not None:  # written by rank 0 (ok, or its own failure)
+        return record
+    reason = _failure_reason(launch, rc, timeout_s if timed_out else None, log)
+    record = {**cfg.base_record, "run_id": cfg.run_id, **_launcher_environment(launch),
+              **failure_fields(reason, launch.backend), "log": str(log)}
+    append_jsonl(cfg.out, record)
+    return record
+
+
+def _launcher_environment(launch: Launch) -> dict[str, Any]:
+    import datetime as dt
+    import platform
+    import socket
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:  # pragma: no cover
+        torch_version = None
+    return {"device": None, "torch_version": torch_version, "hostname": socket.gethostname(),
+            "python_version": platform.python_version(),
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "world_size": launch.nproc_per_node * launch.nnodes}
+
+
+def cleanup(launch: Launch, record: dict[str, Any]) -> None:
+    """Remove the run folder after a good run (kept after a failure, with its log)."""
+    if record.get("ok"):
+        import shutil
+
+        shutil.rmtree(launch.config.run_dir, ignore_errors=True)
+
+
+def summary(record: dict[str, Any]) -> str:
+    """Short human line for a record."""
+    return json.dumps({k: record.get(k) for k in (
+        "layout", "ok", "error", "measured_step_time_s", "predicted_step_time_s",
+        "measured_peak_mem_gb", "match")})
