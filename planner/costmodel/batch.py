@@ -301,7 +301,8 @@ def estimate_batch(
     tp_buf = np.where(tp > 1, tokens * h * 2, 0.0)  # SP all-gather output / TP all-reduce buffer
     ep_buf = np.where(ep > 1, 2 * a2a_bytes, 0.0)  # all-to-all send + receive
     coll = np.maximum(tp_buf, ep_buf)
-    unit_c = st["max_layer_params"] / tp[col] * 2.0
+    # nothing is gathered when the DP group is a single rank
+    unit_c = np.where((d_dense > 1)[col], st["max_layer_params"] / tp[col] * 2.0, 0.0)
     z = zero[col]
     zero_units = np.select(
         [z == 2, z == 3], [unit_c, memory.ZERO3_LIVE_UNITS * unit_c], default=0.0

@@ -8,11 +8,14 @@ per-direction bus bandwidth, and for a collective on n ranks
     all-to-all (S = one rank's send buffer):           S (n-1)/n  -> t = S (n-1)/n / busbw
 
 (ring algorithm volumes, Patarasuk & Yuan 2009; seed 000/001: 2 S (N-1)/N per GPU).
-busbw(S) is read from the profile's measured curve at the message size, so it already carries
-the protocol and small-message efficiency; the latency term is NCCL's ring model
-(tuning.cc, hardware-facts 2.4): base latency + per-step latency x ring steps, with the steps
-that cross the network paying the inter-node latency (2(k-1) of the 2(n-1) all-reduce steps on
-k nodes).
+busbw(S) is read from the profile's measured curve at the message size. The curves are
+end to end (nccl-tests timings, latency included) at a reference group: one full node for the
+intra-node curve (gpus_per_node ranks), two nodes for the inter-node one. Larger groups add
+NCCL's per-step ring latency (tuning.cc, hardware-facts 2.4) for the ring steps beyond the
+reference: 2(n-1) steps for an all-reduce on n ranks, of which 2(k-1) cross the network on k
+domains. base_latency_us is already inside the curves and is charged only to point-to-point
+sends, which are alpha-beta: base + one hop latency + S / the curve's plateau (p2p copies reach
+~90% of the link, hardware-facts 2.2, close to the all-reduce plateau).
 
 Tiers. A group stays on the scale-up fabric when all its members sit in one NVLink domain
 (cluster.domain_gpus; 8 on a DGX, 72 on NVL72) and uses the intra-node curve. Otherwise it is
@@ -21,14 +24,14 @@ step crosses a NIC, ~24 GB/s on HDR); a group with g members per domain runs hie
 (NCCL: reduce-scatter inside the domain, all-reduce across domains on g NICs in parallel, each
 carrying S/g, all-gather inside), so its busbw is min(intra(S), g x nics_per_gpu x inter(S/g)).
 For g = 8 on DGX A100 that is 8 x 24 = 192 GB/s, the measured multi-node busbw (nccl #1576).
-Point-to-point across domains uses one NIC: inter(S).
+Point-to-point across domains uses one NIC.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from planner.specs import ClusterSpec
+from planner.specs import ClusterSpec, LinkProfile
 
 US = 1e-6  # microseconds -> seconds
 
@@ -54,20 +57,18 @@ class Group:
         self.crosses = self.domains > 1
         n = np.maximum(self.size, 1.0)
         self.frac = (n - 1) / n  # (n-1)/n of the ring volumes
-        # NCCL ring latency per rank step: intra steps at the NVLink latency, steps that cross
-        # domains at the network latency; base latency of the tier once per call
-        base = np.where(
-            self.crosses, gpu.inter_node.base_latency_us, gpu.intra_node.base_latency_us
-        )
-        self._base = base * US
+        self._ref_ranks = gpu.gpus_per_node  # the intra-node curve's reference ring
         self._intra_lat = gpu.intra_node.latency_us * US
         self._inter_lat = gpu.inter_node.latency_us * US
 
     def latency(self, steps_per_rank: int):  # noqa: ANN201
-        """Seconds of latency of one ring collective with steps_per_rank x (n-1) steps."""
-        steps = steps_per_rank * (self.size - 1)
+        """Seconds of ring latency beyond what the reference curves already contain, for a
+        collective with steps_per_rank x (n-1) ring steps (2 for all-reduce, 1 otherwise)."""
         inter = steps_per_rank * (self.domains - 1)
-        return self._base + (steps - inter) * self._intra_lat + inter * self._inter_lat
+        intra = steps_per_rank * (self.size - 1) - inter
+        extra_intra = np.maximum(intra - steps_per_rank * (self._ref_ranks - 1), 0.0)
+        extra_inter = np.maximum(inter - steps_per_rank * 1, 0.0)  # reference: two domains
+        return extra_intra * self._intra_lat + extra_inter * self._inter_lat
 
     def busbw(self, nbytes):  # noqa: ANN001, ANN201
         """Achieved busbw (bytes/s) of a collective of `nbytes` on this group."""
@@ -100,13 +101,18 @@ def all_to_all_time(group: Group, nbytes, calls=1):  # noqa: ANN001, ANN201
     return all_gather_time(group, nbytes, calls)
 
 
+def plateau_bytes_per_s(link: LinkProfile) -> float:
+    """The highest busbw of a link's curve (large messages), bytes/s."""
+    return max(y for _, y in link.busbw_gb_per_s.points) * 1e9
+
+
 def p2p_time(cluster: ClusterSpec, nbytes, crosses_nodes, calls=1):  # noqa: ANN001, ANN201
     """Seconds for `calls` point-to-point sends of `nbytes` (pipeline stage boundaries, CP ring),
     on the NVLink fabric or on one NIC."""
     gpu = cluster.gpu
-    intra = gpu.intra_node.busbw_bytes_per_s(nbytes)
-    inter = gpu.inter_node.busbw_bytes_per_s(nbytes)
-    bw = np.where(crosses_nodes, np.minimum(intra, inter), intra)
+    intra = plateau_bytes_per_s(gpu.intra_node)
+    inter = plateau_bytes_per_s(gpu.inter_node) * gpu.nics_per_gpu
+    bw = np.where(crosses_nodes, min(intra, inter), intra)
     lat = (
         np.where(
             crosses_nodes,

@@ -83,7 +83,8 @@ class LayerActivation:
 
     replicated: kept whole on every TP rank without SP, divided by t with SP (norm inputs, the
       norm outputs feeding QKV and MLP, dropout masks on the residual).
-    sharded: divided by t (Q, K, V, attention context, MLP hidden tensors).
+    sharded: divided by t (Q, attention context, MLP hidden tensors).
+    kv_sharded: K and V, divided by min(t, kv_heads) (GQA heads are replicated once t > kv).
     score_per_key: bytes per token per attended key of the s x s score tensors (softmax output,
       and with attention dropout its mask and output: 5 a bytes per key, Korthikanti's 5as/h),
       stored only without flash attention and without recompute; divided by t.
@@ -94,6 +95,8 @@ class LayerActivation:
 
     replicated: float
     sharded: float
+    kv_sharded: float
+    kv_heads: int
     score_per_key: float
     softmax_stats: float
     layer_input: float
@@ -111,9 +114,11 @@ def layer_activation(model: ModelSpec, moe: bool, dropout: bool | None = None) -
         # q, k (full heads after up-projection), v, context, plus the low-rank latents
         attn = 2 * (a * qk + a * qk + a * v + a * v)
         attn += 2 * ((model.kv_lora_rank or 0) + (model.q_lora_rank or 0))
+        kv_part = 0
     else:
         d, kv = model.head_size, model.kv_heads
-        attn = 2 * (a * d + 2 * kv * d + a * d)  # Q, K, V, context (out-proj input)
+        attn = 2 * (a * d + a * d)  # Q, context (out-proj input)
+        kv_part = 2 * 2 * kv * d  # K and V
 
     def mlp_hidden(ffn: int) -> int:
         # gelu / squared relu: fc1 output + activation output, 2 bytes each (Korthikanti: 16sbh
@@ -133,13 +138,15 @@ def layer_activation(model: ModelSpec, moe: bool, dropout: bool | None = None) -
     return LayerActivation(
         replicated=float(replicated),
         sharded=float(attn + mlp),
+        kv_sharded=float(kv_part),
+        kv_heads=model.kv_heads,
         score_per_key=float((5 if drop else 2) * a),
         softmax_stats=float(4 * a),
         layer_input=float(2 * h),
     )
 
 
-def activation_per_token(act: LayerActivation, tp, sp, recompute, keys, flash: bool = True):  # noqa: ANN001, ANN201
+def activation_per_token(act: LayerActivation, tp, sp, recompute, keys, flash: bool = True):  # noqa: ANN001, ANN201, E501
     """Stored bytes per local token of one layer (vectorized over layouts).
 
     tp: TP degree; sp: bool array; recompute: 0 none, 1 selective, 2 full; keys: attended keys per
@@ -147,7 +154,9 @@ def activation_per_token(act: LayerActivation, tp, sp, recompute, keys, flash: b
     recompute, t = 1 -> 34 + 5as/h (times h); SP + selective -> 34/t."""
     tp = np.asarray(tp, dtype=float)
     rep_div = np.where(sp, tp, 1.0)
-    base = act.replicated / rep_div + act.sharded / tp
+    base = (
+        act.replicated / rep_div + act.sharded / tp + act.kv_sharded / np.minimum(tp, act.kv_heads)
+    )
     core = act.softmax_stats / tp if flash else act.score_per_key * np.asarray(keys) / tp
     full = act.layer_input / rep_div
     return np.select([recompute == 0, recompute == 1], [base + core, base], default=full)
