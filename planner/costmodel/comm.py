@@ -75,7 +75,7 @@ class Group:
         gpu = self.cluster.gpu
         intra = gpu.intra_node.busbw_bytes_per_s(nbytes)
         if not self.crosses.any():
-            return intra
+            return intra * np.ones_like(self.size)
         nics = self.per_domain * gpu.nics_per_gpu
         inter = gpu.inter_node.busbw_bytes_per_s(np.asarray(nbytes) / self.per_domain) * nics
         return np.where(self.crosses, np.minimum(intra, inter), intra)

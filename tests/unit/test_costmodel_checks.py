@@ -1,0 +1,57 @@
+"""Structural layout checks: readable reasons, LayoutError from estimate."""
+
+from __future__ import annotations
+
+import pytest
+from costmodel_fixtures import a100, cluster, job, llama_like
+
+from planner.costmodel import estimate, layout_violations
+from planner.errors import LayoutError
+from planner.layout import Layout
+from planner.specs import ModelSpec
+
+MODEL = llama_like()  # 80 layers, 64 heads, 8 KV heads, global batch 1024, seq 4096
+CLUSTER = cluster(a100(), 128)
+JOB = job(MODEL)
+
+
+def _why(**kw) -> list[str]:
+    return layout_violations(MODEL, CLUSTER, JOB, Layout(**kw))
+
+
+def test_valid_layout_has_no_violations():
+    assert _why(tp=8, pp=4, dp=4, zero=1, sp=True) == []
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(tp=8, pp=4, dp=2), "= 64, but the cluster has 128 GPUs"),
+    (dict(tp=16, pp=2, dp=4), "exceeds the 8 GPUs of one NVLink domain"),
+    (dict(tp=1, pp=128, dp=1), "pp=128 exceeds the 80 layers"),
+    (dict(tp=8, pp=4, dp=4, vpp=3), "pp*vpp = 12 does not divide the 80 layers"),
+    (dict(tp=8, pp=1, dp=16, vpp=2), "vpp=2 needs pp > 1"),
+    (dict(tp=8, pp=4, dp=4, mbs=3), "global batch 1024 is not divisible by mbs*dp"),
+    (dict(tp=8, pp=4, dp=4, ep=2), "needs a mixture-of-experts model"),
+    (dict(tp=1, pp=4, dp=32, sp=True), "sp) needs tp > 1"),
+])
+def test_each_violation_says_why(kw, needle):
+    reasons = _why(**kw)
+    assert any(needle in r for r in reasons), reasons
+
+
+def test_heads_and_sequence_divisibility():
+    odd = ModelSpec(name="odd", num_hidden_layers=4, hidden_size=960, num_attention_heads=12,
+                    num_key_value_heads=4, intermediate_size=2048, vocab_size=1000,
+                    activation="swiglu", seq_len=1000, global_batch=8)
+    why = layout_violations(odd, cluster(a100(), 8), job(odd), Layout(tp=8, dp=1))
+    assert any("does not divide the 12 attention heads" in r for r in why)
+    why = layout_violations(odd, cluster(a100(), 32), job(odd), Layout(tp=2, cp=16, dp=1))
+    assert any("cp=16 does not divide the sequence length 1000" in r for r in why)
+    why = layout_violations(odd, cluster(a100(), 16), job(odd), Layout(tp=2, cp=8, dp=1))
+    assert any("needs an even chunk per rank (s/cp = 125" in r for r in why)
+
+
+def test_estimate_raises_layout_error_with_all_reasons():
+    with pytest.raises(LayoutError) as err:
+        estimate(MODEL, CLUSTER, JOB, Layout(tp=16, pp=4, dp=4, mbs=3))
+    text = str(err.value)
+    assert "NVLink domain" in text and "= 256, but the cluster has 128 GPUs" in text

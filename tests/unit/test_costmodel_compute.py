@@ -1,0 +1,109 @@
+"""Compute time and FLOP counts against independent formulas (Narayanan 2021, Korthikanti 2022)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from costmodel_fixtures import cluster, flat_gpu, gpt3_175b, job, llama_like
+
+from planner.costmodel import compute, estimate, estimate_batch
+from planner.layout import Layout
+
+B, S, L, H, V = 1536, 2048, 96, 12288, 51200  # GPT-3 175B (Narayanan 2021 Table 1)
+
+
+def test_model_flops_are_narayanan_eq3():
+    """Megatron paper convention: 72 B s L h^2 (1 + s/(6h) + V/(12 h L)) (no biases)."""
+    model = gpt3_175b(linear_bias=False)
+    expected = 72 * B * S * L * H**2 * (1 + S / (6 * H) + V / (12 * H * L))
+    assert compute.model_flops_per_step(model, S, B) == pytest.approx(expected, rel=1e-12)
+
+
+def test_full_recompute_hardware_flops_are_narayanan_appendix():
+    """96 B s L h^2 (1 + s/(6h) + V/(16 h L)): one more forward of the layers, not the head."""
+    model = gpt3_175b(linear_bias=False)
+    hw = compute.model_flops_per_step(model, S, B) + compute.recompute_flops_per_step(
+        model, S, B, np.array([2]))[0]
+    expected = 96 * B * S * L * H**2 * (1 + S / (6 * H) + V / (16 * H * L))
+    assert hw == pytest.approx(expected, rel=1e-12)
+
+
+def test_selective_recompute_adds_one_attention_forward():
+    model = gpt3_175b(linear_bias=False)
+    extra = compute.recompute_flops_per_step(model, S, B, np.array([1]))[0]
+    assert extra == pytest.approx(4 * B * S**2 * H * L)  # QK^T and PV: 2 x 2 b s^2 h per layer
+
+
+def _no_hbm_gpu(**kw):
+    return flat_gpu(hbm_tb_per_s=1e12, **kw)  # element-wise work becomes free
+
+
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_compute_time_is_flops_over_achieved_peak(tp):
+    """Flat efficiency 0.5 of 100 TFLOP/s, free memory traffic: compute = 3 x forward FLOP
+    (attention counted causally, as flash runs it) / (peak x 0.5) / tp."""
+    model = llama_like(num_hidden_layers=4)
+    gpu = _no_hbm_gpu()
+    jb = job(model, seq_len=2048, global_batch=8)
+    lo = Layout(tp=tp, pp=1, dp=1, mbs=2, zero=1, recompute="none", sp=tp > 1)
+    cols = estimate_batch(model, cluster(gpu, tp), jb, [lo])
+    tokens = 8 * 2048
+    fwd = model.forward_flops_per_token(2048, causal=True) * tokens
+    assert cols["time_compute_s"][0] == pytest.approx(3 * fwd / (100e12 * 0.5) / tp, rel=1e-9)
+
+
+def test_recompute_adds_forward_time():
+    model = llama_like(num_hidden_layers=4)
+    gpu = _no_hbm_gpu()
+    jb = job(model, seq_len=2048, global_batch=8)
+    times = {}
+    for rc in ("none", "selective", "full"):
+        lo = Layout(tp=1, pp=1, dp=1, mbs=1, zero=1, recompute=rc)
+        times[rc] = estimate_batch(model, cluster(gpu, 1), jb, [lo])["time_compute_s"][0]
+    tokens = 8 * 2048
+    attn = model.attention_flops_per_token(2048, causal=True) * tokens / 50e12
+    layers_fwd = (model.forward_flops_per_token(2048, causal=True) * tokens
+                  - 2 * model.vocab_size * model.hidden_size * tokens) / 50e12
+    assert times["selective"] - times["none"] == pytest.approx(attn, rel=1e-9)
+    assert times["full"] - times["none"] == pytest.approx(layers_fwd, rel=1e-9)
+
+
+def test_fp8_doubles_gemm_throughput_not_attention():
+    model = llama_like(num_hidden_layers=2)
+    gpu = _no_hbm_gpu()  # fp8 peak = 2 x bf16 in the fixture
+    lo = Layout(tp=1, pp=1, dp=1, mbs=1, zero=1, recompute="none")
+    t16 = estimate_batch(model, cluster(gpu, 1), job(model, global_batch=1), [lo])
+    t8 = estimate_batch(model, cluster(gpu, 1), job(model, global_batch=1, precision="fp8"), [lo])
+    tokens = 4096
+    attn = 3 * model.attention_flops_per_token(4096, causal=True) * tokens / 50e12
+    gemm = t16["time_compute_s"][0] - attn
+    assert t8["time_compute_s"][0] == pytest.approx(attn + gemm / 2, rel=1e-9)
+    assert t8["mfu"][0] < t16["mfu"][0]  # MFU against the fp8 peak
+
+
+def test_gemm_efficiency_curve_is_read_at_the_gemm_size():
+    """Smaller GEMMs (more TP) run at lower efficiency on a rising curve."""
+    from planner.specs import Curve
+
+    curve = Curve(points=[(1e9, 0.2), (1e12, 0.8)])
+    gpu = _no_hbm_gpu(gemm_efficiency=curve, attention_efficiency=0.8)
+    model = llama_like(num_hidden_layers=1)
+    jb = job(model, global_batch=1)
+    t1 = estimate_batch(model, cluster(gpu, 1), jb, [Layout(tp=1, mbs=1, zero=1)])
+    t8 = estimate_batch(model, cluster(gpu, 8), jb, [Layout(tp=8, mbs=1, zero=1, sp=True)])
+    assert t8["time_compute_s"][0] * 8 > t1["time_compute_s"][0] * 1.05
+
+
+def test_throughput_and_utilisation_columns():
+    model = gpt3_175b()
+    gpu = flat_gpu()
+    lo = Layout(tp=8, pp=8, dp=2, mbs=1, zero=1, recompute="full", sp=True)
+    est = estimate(model, cluster(gpu, 128), job(model, global_batch=64), lo)
+    tokens = 64 * 2048
+    assert est.tokens_per_s == pytest.approx(tokens / est.step_time_s)
+    assert est.tokens_per_s_per_gpu == pytest.approx(tokens / est.step_time_s / 128)
+    mflops = compute.model_flops_per_step(model, 2048, 64)
+    assert est.mfu == pytest.approx(mflops / (est.step_time_s * 100e12 * 128))
+    assert est.model_tflops_per_gpu == pytest.approx(est.mfu * 100)
+    assert est.hfu > est.mfu
+    assert est.grad_accum == 64 // (1 * 2)
