@@ -26,7 +26,8 @@ def test_json_lists_every_profile_with_its_keys():
     data = clusters_json()
     names = {row["name"] for row in data["profiles"]}
     assert {"A100-SXM4-80GB", "A100-SXM4-40GB", "H100-SXM", "H100-PCIE", "H200-SXM", "B200-SXM",
-            "GB200-NVL72", "MI300X", "L40S", "V100-SXM2-16GB", "V100-SXM2-32GB"} <= names
+            "GB200-NVL72", "GB300-NVL72", "MI300X", "L40S", "V100-SXM2-16GB",
+            "V100-SXM2-32GB"} <= names
     for row in data["profiles"]:
         assert KEYS <= row.keys(), row["name"]
         assert 0 < row["usable_memory_gib"] < row["memory_gib"]

@@ -19,7 +19,7 @@ KiB, MiB, GiB = 2**10, 2**20, 2**30
 
 EXPECTED = {
     "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM", "H100-PCIE", "H200-SXM", "B200-SXM",
-    "GB200-NVL72", "MI300X", "L40S", "V100-SXM2-16GB", "V100-SXM2-32GB",
+    "GB200-NVL72", "GB300-NVL72", "MI300X", "L40S", "V100-SXM2-16GB", "V100-SXM2-32GB",
 }
 
 
@@ -96,6 +96,7 @@ def test_aliases_are_unique_across_profiles(gpus):
     ("H200", "H200-SXM"),
     ("B200", "B200-SXM"),
     ("GB200", "GB200-NVL72"),
+    ("GB300", "GB300-NVL72"),  # the calibration set's "GB300 NVL72 (B300-class GPU)"
     ("mi300x", "MI300X"),
     ("l40s", "L40S"),
     ("V100", "V100-SXM2-32GB"),
@@ -115,6 +116,9 @@ SPEC_TABLE = [
     ("H200-SXM", 989, 1979, 141, 4.8),
     ("B200-SXM", 2250, 4500, 180, 8.0),
     ("GB200-NVL72", 2500, 5000, 186, 8.0),
+    # GB300: not in hardware-facts; NVIDIA's per-GPU table via verda.com (2.5 PF BF16, 279 GB,
+    # 8 TB/s) and glennklockwood.com B300 page (360 PF FP8 per 72-GPU rack = 5000)
+    ("GB300-NVL72", 2500, 360_000 / 72, 279, 8.0),
     ("MI300X", 1300, 2610, 192, 5.3),
     ("L40S", 362, 733, 48, 0.864),
     ("V100-SXM2-16GB", 125, None, 16, 0.9),
@@ -141,6 +145,7 @@ NODE_TABLE = [
     ("H200-SXM", 8, 8, 400, "nvswitch", 450),
     ("B200-SXM", 8, 8, 400, "nvswitch", 900),        # P6-B200 8x400G EFA v4
     ("GB200-NVL72", 4, 72, 800, "nvswitch", 900),    # NVL72: 4-GPU trays, 72-GPU NVLink domain
+    ("GB300-NVL72", 4, 72, 800, "nvswitch", 900),    # 72 ConnectX-8 per rack (glennklockwood B300)
     ("MI300X", 8, 8, 400, "xgmi", 448),              # ND MI300X v5 8x400 NDR
     ("L40S", 8, 8, 50, "pcie", 32),                  # PCIe4 x16, 64 GB/s bidirectional, no NVLink
     ("V100-SXM2-32GB", 8, 8, 50, "nvlink", 150),     # DGX-1, 4x100G per 8 GPUs
