@@ -1,0 +1,280 @@
+"""The search problem: the knob domains, the pins, the evaluated space of candidate layouts, and
+the cost model's terms scaled to integers (the one place where floats become solver integers).
+
+The space (rules shared by the CP-SAT search and the exhaustive oracle; see docs/ranking.md):
+
+- tp: powers of two up to the cluster's scale-up domain, dividing the query heads; key/value heads
+  are divided by tp or replicated (kv % tp == 0 or tp % kv == 0).
+- cp: 1 unless seq_len >= CP_MIN_SEQ_LEN (context parallelism only pays for long sequences, and
+  this bounds the space); then powers of two dividing seq_len with an even chunk per rank.
+- pp: 1..layers (uneven stages allowed: the cost model gives stages floor/ceil layers).
+- dp: divides the global batch; tp * pp * dp * cp = GPUs.
+- ep: 1 for dense models; MoE: divisors of num_experts that divide dp * cp.
+- vpp: 1, or 2..VPP_CAP when pp > 1 and the layers split evenly into pp * vpp chunks.
+- mbs: 1..MBS_CAP with mbs * grad_accum * dp = global batch.
+- zero: 0..3 (1..3 only with dp * cp > 1: nothing to shard over otherwise).
+- recompute: none, selective, full.  sp: only with tp > 1 (off and on).
+
+A pinned knob (CLI --tp ... --sp) widens its own domain to the pinned value when the value is
+structurally possible (e.g. --cp 2 at seq 4096, --mbs 32, --tp 6 for 48 heads). The pins are
+constraints of the selection model, not filters of the space, so the same evaluated space answers
+"what if this pin were dropped" for the diagnosis.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from planner.errors import SpecError
+from planner.layout import Layout, group_span_nodes
+from planner.specs import ClusterSpec, JobSpec, ModelSpec
+
+KNOBS: tuple[str, ...] = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp")
+STRUCTURE_KNOBS: tuple[str, ...] = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
+RECOMPUTE_LEVELS: tuple[str, ...] = ("none", "selective", "full")  # solver codes 0, 1, 2
+MBS_CAP = 16  # largest micro-batch searched, sequences (Megatron/NeMo recipes use 1..8)
+CP_MIN_SEQ_LEN = 16384  # cp > 1 searched from this sequence length on (or when pinned)
+VPP_CAP = 16  # most virtual stages per GPU searched (Megatron recipes use 2..8)
+TIME_UNIT_S = 1e-6  # solver time unit: one microsecond
+MEM_UNIT_GIB = 1.0 / 1024  # solver memory unit: one MiB
+MESH_AXES: tuple[str, ...] = ("tp", "cp", "dp", "pp")  # axes whose groups may cross nodes
+
+# (model, cluster, job, columns of knob arrays) -> cost columns; planner.costmodel.estimate_batch
+BatchCost = Callable[[ModelSpec, ClusterSpec, JobSpec, Mapping[str, np.ndarray]], dict]
+
+
+def normalize_pins(pins: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Check pin names and values: ints for degrees, recompute by name, sp as bool."""
+    out: dict[str, Any] = {}
+    for key, value in (pins or {}).items():
+        if value is None:
+            continue
+        if key not in KNOBS:
+            raise SpecError(f"unknown layout knob '{key}' (knobs: {', '.join(KNOBS)})")
+        if key == "recompute":
+            value = getattr(value, "value", value)
+            if value not in RECOMPUTE_LEVELS:
+                raise SpecError(f"--recompute must be one of {', '.join(RECOMPUTE_LEVELS)}")
+        elif key == "sp":
+            value = bool(value)
+        else:
+            if isinstance(value, bool) or int(value) != value:
+                raise SpecError(f"--{key} must be an integer, got {value!r}")
+            value = int(value)
+            if key == "zero" and not 0 <= value <= 3:
+                raise SpecError(f"--zero must be 0, 1, 2 or 3, got {value}")
+            if key != "zero" and value < 1:
+                raise SpecError(f"--{key} must be at least 1, got {value}")
+        out[key] = value
+    return out
+
+
+def knob_code(knob: str, value: Any) -> int:
+    """Integer value of a knob for the solvers (recompute by level index, sp as 0/1)."""
+    if knob == "recompute":
+        return RECOMPUTE_LEVELS.index(value)
+    return int(value)
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of n, ascending."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    return [2**i for i in range(limit.bit_length()) if 2**i <= limit]
+
+
+@dataclass(frozen=True)
+class Domains:
+    """The values each structural knob may take (before the product and divisibility rules)."""
+
+    tp: list[int]
+    cp: list[int]
+    pp: list[int]
+    dp: list[int]
+    ep: list[int]
+    vpp: list[int]
+    mbs: list[int]
+
+
+def knob_domains(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: Mapping[str, Any]
+) -> Domains:
+    """Per-knob domains of the space (module docstring), pinned values added where possible."""
+    heads, kv, n = model.num_attention_heads, model.kv_heads, cluster.num_gpus
+
+    def tp_ok(t: int) -> bool:
+        return t <= cluster.domain_gpus and heads % t == 0 and (kv % t == 0 or t % kv == 0)
+
+    def cp_ok(c: int) -> bool:
+        return job.seq_len % c == 0 and (c == 1 or (job.seq_len // c) % 2 == 0)
+
+    tp = [t for t in _powers_of_two(min(cluster.domain_gpus, n)) if tp_ok(t)]
+    cp = [c for c in _powers_of_two(n) if cp_ok(c)] if job.seq_len >= CP_MIN_SEQ_LEN else [1]
+    ep = divisors(model.num_experts) if model.is_moe else [1]
+    domains = {
+        "tp": tp,
+        "cp": cp,
+        "pp": list(range(1, model.num_hidden_layers + 1)),
+        "dp": [d for d in divisors(job.global_batch) if d <= n],
+        "ep": ep,
+        "vpp": list(range(1, VPP_CAP + 1)),
+        "mbs": list(range(1, MBS_CAP + 1)),
+    }
+    widen = {"tp": tp_ok, "cp": cp_ok, "mbs": lambda m: True, "vpp": lambda v: True}
+    for knob, ok in widen.items():
+        value = pins.get(knob)
+        if value is not None and value not in domains[knob] and ok(value):
+            domains[knob] = sorted([*domains[knob], value])
+    return Domains(**domains)
+
+
+def inner_knobs(tp: int, dp: int, cp: int, pins: Mapping[str, Any]) -> list[tuple[int, int, int]]:
+    """(zero, recompute code, sp) combinations searched for one set of degrees."""
+    zeros = [0, 1, 2, 3] if dp * cp > 1 else [0]
+    if "zero" in pins and pins["zero"] not in zeros:
+        zeros.append(pins["zero"])
+    sps = [0, 1] if tp > 1 else [0]
+    return [(z, r, s) for z in zeros for r in range(len(RECOMPUTE_LEVELS)) for s in sps]
+
+
+def expand_structures(
+    structures: list[tuple[int, ...]], pins: Mapping[str, Any]
+) -> dict[str, np.ndarray]:
+    """Knob columns of the space: each (tp, pp, dp, cp, ep, vpp, mbs) times its inner knobs."""
+    rows = [
+        (*st, z, r, s)
+        for st in sorted(structures)
+        for z, r, s in inner_knobs(st[0], st[2], st[3], pins)
+    ]
+    table = np.array(rows, dtype=np.int64).reshape(-1, len(KNOBS))
+    return {k: table[:, i] for i, k in enumerate(KNOBS)}
+
+
+def crossing_groups(layout: Layout, gpus_per_node: int) -> int:
+    """How many of the tp, cp, dp, pp groups span more than one node (0..4): the last tie-break."""
+    return sum(group_span_nodes(layout, axis, gpus_per_node) > 1 for axis in MESH_AXES)
+
+
+def scale_time(step_time_s: np.ndarray) -> np.ndarray:
+    """Step time in integer TIME_UNIT_S (rounded)."""
+    return np.rint(np.asarray(step_time_s, dtype=float) / TIME_UNIT_S).astype(np.int64)
+
+
+def scale_memory(
+    peak_mem_gb: np.ndarray, fits: np.ndarray, capacity_gib: float
+) -> tuple[np.ndarray, int]:
+    """Peak memory in integer MEM_UNIT_GIB and the capacity in the same unit. Rounding is clamped
+    so that `memory <= capacity` in integers holds exactly where the cost model says `fits`."""
+    cap = int(math.floor(capacity_gib / MEM_UNIT_GIB))
+    mem = np.rint(np.asarray(peak_mem_gb, dtype=float) / MEM_UNIT_GIB).astype(np.int64)
+    fits = np.asarray(fits, dtype=bool)
+    return np.where(fits, np.minimum(mem, cap), np.maximum(mem, cap + 1)), cap
+
+
+@dataclass
+class Space:
+    """The evaluated space of one problem: knob columns (one int array per knob, recompute as a
+    level code, sp as 0/1), the cost model's columns for them, and the integer-scaled terms."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    job: JobSpec
+    knobs: dict[str, np.ndarray]
+    columns: dict[str, np.ndarray]
+    time_units: np.ndarray = field(init=False)
+    mem_units: np.ndarray = field(init=False)
+    cap_units: int = field(init=False)
+    crossing: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        n = len(self)
+        cols = self.columns
+        capacity = self.cluster.gpu.usable_memory_gib
+        if n:
+            capacity = float(np.asarray(cols["mem_capacity_gb"]).reshape(-1)[0])
+            self.time_units = scale_time(cols["step_time_s"])
+            self.mem_units, self.cap_units = scale_memory(
+                cols["peak_mem_gb"], cols["fits"], capacity
+            )
+        else:
+            self.time_units = np.zeros(0, np.int64)
+            self.mem_units, self.cap_units = np.zeros(0, np.int64), int(capacity / MEM_UNIT_GIB)
+        degrees = np.stack([self.knobs[k] for k in ("tp", "cp", "dp", "pp")], axis=1)
+        uniq, inverse = np.unique(degrees, axis=0, return_inverse=True)
+        gpn = self.cluster.gpus_per_node
+        per_combo = np.array(
+            [
+                crossing_groups(Layout(tp=int(t), cp=int(c), dp=int(d), pp=int(p)), gpn)
+                for t, c, d, p in uniq
+            ],
+            dtype=np.int64,
+        )
+        self.crossing = per_combo[inverse.reshape(-1)] if n else np.zeros(0, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.knobs["tp"])
+
+    def layout(self, i: int) -> Layout:
+        """Layout of row i."""
+        k = self.knobs
+        return Layout(
+            tp=int(k["tp"][i]),
+            pp=int(k["pp"][i]),
+            dp=int(k["dp"][i]),
+            cp=int(k["cp"][i]),
+            ep=int(k["ep"][i]),
+            vpp=int(k["vpp"][i]),
+            mbs=int(k["mbs"][i]),
+            zero=int(k["zero"][i]),
+            recompute=RECOMPUTE_LEVELS[int(k["recompute"][i])],  # type: ignore[arg-type]
+            sp=bool(k["sp"][i]),
+        )
+
+    @cached_property
+    def objective_weights(self) -> tuple[int, int]:
+        """(time weight, memory weight) of the lexicographic objective
+        time * wt + memory * wm + crossing: step time first, then memory, then crossing groups."""
+        span_range = len(MESH_AXES) + 1
+        mem_range = self.cap_units + 2  # above the capacity memory only means "does not fit"
+        return mem_range * span_range, span_range
+
+    @cached_property
+    def keys(self) -> np.ndarray:
+        """The objective value of every row (int64), as the solver computes it."""
+        wt, wm = self.objective_weights
+        mem = np.minimum(self.mem_units, self.cap_units + 1)
+        return self.time_units * wt + mem * wm + self.crossing
+
+    @cached_property
+    def fits(self) -> np.ndarray:
+        return self.mem_units <= self.cap_units
+
+    def pin_mask(self, pins: Mapping[str, Any]) -> np.ndarray:
+        """Rows that honour every pin."""
+        mask = np.ones(len(self), dtype=bool)
+        for knob, value in pins.items():
+            mask &= self.knobs[knob] == knob_code(knob, value)
+        return mask
+
+
+def evaluate(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    knobs: dict[str, np.ndarray],
+    batch_cost: BatchCost | None = None,
+) -> Space:
+    """Evaluate knob columns with the cost model (planner.costmodel.estimate_batch by default)."""
+    if batch_cost is None:
+        from planner.costmodel import estimate_batch as batch_cost
+    columns = batch_cost(model, cluster, job, knobs) if len(knobs["tp"]) else {}
+    return Space(model, cluster, job, knobs, columns)

@@ -1,0 +1,209 @@
+"""CP-SAT against the exhaustive oracle on hundreds of random small problems: the same space
+(structure enumeration) and the same top-K (by objective value after the integer scaling).
+The stand-in cost function (tests/search/standin.py) keeps this a test of the search."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from planner.errors import InfeasibleError, LayoutError
+from planner.search import build_space, search
+from planner.search.cpsat import SelectionModel, StructureModel
+from planner.search.exhaustive import enumerate_structures, exhaustive_space, exhaustive_top_k
+from planner.search.problem import RECOMPUTE_LEVELS, knob_domains
+from tests.search.standin import make_cluster, make_gpu, make_job, make_model, standin_batch
+
+NUM_PROBLEMS = 200
+
+
+def random_problem(rng: random.Random):
+    heads = rng.choice([4, 8, 12, 16])
+    kv = rng.choice([k for k in (1, 2, 4, heads) if heads % k == 0])
+    experts = rng.choice([0, 0, 0, 4, 8])
+    model = make_model(
+        layers=rng.choice([2, 3, 4, 6, 8, 12]),
+        hidden=64 * heads * rng.choice([1, 2]),
+        heads=heads,
+        kv=kv,
+        ffn=rng.choice([1024, 2816]),
+        experts=experts,
+    )
+    per_node = rng.choice([2, 4, 8])
+    num_gpus = rng.choice([1, 2, 4, 8, 12, 16, 24, 32, 64])
+    per_node = min(per_node, num_gpus)
+    if num_gpus % per_node:
+        per_node = 1 if num_gpus % 2 else 2
+    gpu = make_gpu(memory_gib=rng.choice([4.0, 8.0, 16.0, 80.0]), gpus_per_node=per_node)
+    cluster = make_cluster(num_gpus, gpu)
+    job = make_job(
+        seq_len=rng.choice([1024, 2048, 16384, 32768]),
+        global_batch=rng.choice([1, 4, 8, 12, 16, 32, 48, 64]),
+    )
+    return model, cluster, job
+
+
+def random_pins(rng: random.Random, space) -> dict:
+    """Zero to three pins, mostly taken from a layout of the space (so some are satisfiable)."""
+    if not len(space) or rng.random() < 0.3:
+        return {}
+    row = space.layout(rng.randrange(len(space)))
+    pins = {}
+    for knob in rng.sample(
+        ["tp", "pp", "dp", "mbs", "zero", "recompute", "sp", "vpp"], rng.randint(1, 3)
+    ):
+        pins[knob] = getattr(row, knob)
+    if rng.random() < 0.2:  # sometimes a value the space does not hold
+        pins["pp"] = rng.choice([3, 5, 7])
+    return pins
+
+
+def test_structures_and_top_k_match_the_oracle() -> None:
+    rng = random.Random(20261122)
+    compared = nonempty = 0
+    for _ in range(NUM_PROBLEMS):
+        model, cluster, job = random_problem(rng)
+        space = build_space(model, cluster, job, {}, batch_cost=standin_batch)
+        pins = random_pins(rng, space)
+        domains = knob_domains(model, cluster, job, pins)
+        assert StructureModel(model, cluster, job, domains).enumerate() == enumerate_structures(
+            model, cluster, job, pins
+        )
+        space = build_space(model, cluster, job, pins, batch_cost=standin_batch)
+        oracle_space = exhaustive_space(model, cluster, job, pins, batch_cost=standin_batch)
+        assert len(space) == len(oracle_space)
+        top_k = rng.choice([1, 3, 10])
+        oracle = exhaustive_top_k(oracle_space, pins, top_k)
+        selection = SelectionModel(space, pins, top_k).solve()
+        assert selection.objectives == [int(oracle_space.keys[i]) for i in oracle]
+        assert sorted(selection.objectives) == selection.objectives
+        assert len(set(selection.indices)) == len(selection.indices)  # distinct plans
+        compared += 1
+        nonempty += bool(oracle)
+    assert compared == NUM_PROBLEMS
+    assert nonempty > NUM_PROBLEMS // 3  # the problems are not all trivially infeasible
+
+
+def test_space_counts_by_hand() -> None:
+    """8 GPUs (one node), 8 heads / 8 kv heads, 4 layers, seq 2048, global batch 8, dense.
+    (tp, pp, dp) with tp*pp*dp = 8, tp in {1, 2, 4, 8}, pp <= 4, dp | 8:
+    tp=1: pp 1,2,4 -> dp 8,4,2;  tp=2: pp 1,2,4 -> dp 4,2,1;  tp=4: pp 1,2 -> dp 2,1;  tp=8: pp 1
+    = 9 degree sets. mbs divides 8/dp (<= 16); vpp > 1 needs 4 % (pp*vpp) == 0: only pp=2, vpp=2.
+    inner knobs: zero 4 (1 when dp = 1) x recompute 3 x sp 2 (1 when tp = 1).
+    Per degree set (mbs x vpp x inner): 1x1x12 + 2x2x12 + 3x1x12 + 2x1x24 + 3x2x24 + 4x1x6
+    + 3x1x24 + 4x2x6 + 4x1x6 = 12+48+36+48+144+24+72+48+24 = 456."""
+    model = make_model(layers=4, heads=8, kv=8)
+    cluster, job = make_cluster(8), make_job(2048, 8)
+    expected = 0
+    for tp, pp, dp in [
+        (1, 1, 8),
+        (1, 2, 4),
+        (1, 4, 2),
+        (2, 1, 4),
+        (2, 2, 2),
+        (2, 4, 1),
+        (4, 1, 2),
+        (4, 2, 1),
+        (8, 1, 1),
+    ]:
+        mbs_choices = len([m for m in range(1, 9) if (8 // dp) % m == 0])
+        vpp_choices = 2 if pp == 2 else 1
+        inner = (4 if dp > 1 else 1) * 3 * (2 if tp > 1 else 1)
+        expected += mbs_choices * vpp_choices * inner
+    space = build_space(model, cluster, job, {}, batch_cost=standin_batch)
+    assert len(space) == expected == 456
+
+
+def test_pins_become_constraints_and_ties_are_deterministic() -> None:
+    model, cluster, job = make_model(layers=8), make_cluster(16), make_job(2048, 32)
+    first = search(
+        model, cluster, job, {"tp": 2, "recompute": "selective"}, 5, batch_cost=standin_batch
+    )
+    again = search(
+        model, cluster, job, {"tp": 2, "recompute": "selective"}, 5, batch_cost=standin_batch
+    )
+    assert first.indices == again.indices
+    for i in first.indices:
+        lay = first.space.layout(i)
+        assert lay.tp == 2 and lay.recompute == "selective"
+        assert lay.tp * lay.pp * lay.dp * lay.cp == 16
+
+
+def test_candidates_pass_the_cost_models_checks() -> None:
+    """Every layout of the space is structurally valid by planner.costmodel.layout_violations."""
+    checks = pytest.importorskip("planner.costmodel.checks")
+    rng = random.Random(7)
+    for _ in range(30):
+        model, cluster, job = random_problem(rng)
+        space = build_space(model, cluster, job, {}, batch_cost=standin_batch)
+        for i in rng.sample(range(len(space)), min(len(space), 40)):
+            assert checks.layout_violations(model, cluster, job, space.layout(i)) == []
+
+
+def test_memory_limit_is_exact_at_the_boundary() -> None:
+    """A plan whose peak equals the capacity fits; one MiB more does not."""
+    from planner.search.problem import scale_memory
+
+    mem, cap = scale_memory(
+        np.array([78.0, 78.0 + 1 / 1024, 77.9999]), np.array([True, False, True]), 78.0
+    )
+    assert cap == 78 * 1024
+    assert list(mem <= cap) == [True, False, True]
+
+
+def test_recompute_codes_round_trip() -> None:
+    model, cluster, job = make_model(layers=4), make_cluster(4), make_job(2048, 8)
+    space = build_space(model, cluster, job, {}, batch_cost=standin_batch)
+    seen = {space.layout(i).recompute for i in range(len(space))}
+    assert seen == set(RECOMPUTE_LEVELS)
+
+
+def test_impossible_pin_is_a_layout_error() -> None:
+    model, cluster, job = make_model(layers=8, heads=16, kv=4), make_cluster(16), make_job(2048, 32)
+    with pytest.raises(LayoutError, match="--tp 16: possible values here are 1, 2, 4, 8"):
+        search(model, cluster, job, {"tp": 16}, 5, batch_cost=standin_batch)
+    with pytest.raises(LayoutError, match="--pp 9"):
+        search(model, cluster, job, {"pp": 9}, 5, batch_cost=standin_batch)
+
+
+def test_out_of_memory_diagnosis() -> None:
+    """A model too large for 2 small GPUs: InfeasibleError naming the smallest peak, the dominant
+    term and how many GPUs it needs (checked by growing the cluster by hand)."""
+    model = make_model(layers=8, hidden=4096, heads=32, kv=8, ffn=11008)
+    gpu = make_gpu(memory_gib=8.0, gpus_per_node=2)
+    job = make_job(2048, 64)
+    with pytest.raises(InfeasibleError) as info:
+        search(model, make_cluster(2, gpu), job, {}, 5, batch_cost=standin_batch)
+    text = "\n".join([str(info.value), *info.value.diagnosis])
+    assert "smallest peak memory" in text and "dominated by" in text
+    needed = next(
+        int(w)
+        for line in info.value.diagnosis
+        if "needs at least" in line
+        for w in line.split()
+        if w.isdigit()
+    )
+    # by hand: the smallest even GPU count on which some layout fits
+    fits_at = next(
+        n
+        for n in range(4, 1024, 2)
+        if build_space(model, make_cluster(n, gpu), job, {}, batch_cost=standin_batch).fits.any()
+    )
+    assert needed == fits_at
+
+
+def test_binding_pin_is_named() -> None:
+    """tp=1 without ZeRO or recompute keeps 16 B/param + full activations on each GPU: it does
+    not fit in 6 GiB, other layouts do; the diagnosis says the pins bind and which to drop."""
+    model, job = make_model(layers=8, hidden=2048, heads=16, kv=4), make_job(2048, 64)
+    cluster = make_cluster(8, make_gpu(memory_gib=6.0))
+    pins = {"tp": 1, "zero": 0, "recompute": "none"}
+    space = build_space(model, cluster, job, {}, batch_cost=standin_batch)
+    assert space.fits.any() and not (space.fits & space.pin_mask(pins)).any()
+    with pytest.raises(InfeasibleError) as info:
+        search(model, cluster, job, pins, 5, batch_cost=standin_batch)
+    lines = info.value.diagnosis
+    assert any(line.startswith("the pins bind: without them the best plan is tp") for line in lines)
+    assert any(line.startswith("dropping --tp 1 alone gives") for line in lines)
