@@ -28,7 +28,7 @@ def gpt3_175b(**overrides) -> ModelSpec:  # noqa: ANN003
 
 
 def llama_like(**overrides) -> ModelSpec:  # noqa: ANN003
-    """Llama 2 70B shape (Touvron et al. 2023): 80 layers, h 8192, 64 heads, 8 KV heads, ffn 28672."""
+    """Llama 2 70B shape (Touvron et al. 2023): 80 layers, h 8192, 64 heads, 8 KV, ffn 28672."""
     fields = dict(
         name="llama-like", num_hidden_layers=80, hidden_size=8192, num_attention_heads=64,
         num_key_value_heads=8, intermediate_size=28672, vocab_size=32000, activation="swiglu",
@@ -78,7 +78,10 @@ def flat_gpu(tflops: float = 100.0, eff: float = 0.5, intra_gb: float = 100.0,
 
 
 def cluster(gpu: GpuProfile, num_gpus: int) -> ClusterSpec:
-    per = min(num_gpus, gpu.gpus_per_node)
+    """num_gpus GPUs in nodes of the profile's size (smaller nodes when it does not divide)."""
+    import math
+
+    per = math.gcd(num_gpus, gpu.gpus_per_node)
     return ClusterSpec(gpu=gpu, num_nodes=num_gpus // per, gpus_per_node=per)
 
 
