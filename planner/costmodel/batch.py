@@ -84,20 +84,21 @@ def layout_arrays(layouts: Sequence[Layout] | Mapping[str, Any]) -> dict[str, np
 
 def _gather_stages(model: ModelSpec, pp: np.ndarray, vpp: np.ndarray) -> dict[str, np.ndarray]:
     """(N, C) arrays of candidate-stage features, padded by repeating a layout's first candidate."""
-    codes, inverse = np.unique(pp * 4096 + vpp, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    feats = [_features(model, int(c // 4096), int(c % 4096)) for c in codes]
+    code = pp.astype(np.int64) * 1024 + vpp.astype(np.int64)  # vpp < 1024 (checked: vpp | layers)
+    present = np.flatnonzero(np.bincount(code))
+    lookup = np.zeros(present[-1] + 1, dtype=np.int64)
+    lookup[present] = np.arange(len(present))
+    feats = [_features(model, int(c // 1024), int(c % 1024)) for c in present]
     width = max(len(f.index) for f in feats)
-    names = [n for n in pipeline.StageFeatures.__dataclass_fields__]
-    table = {}
-    for name in names:
-        tab = np.empty((len(feats), width))
-        for g, f in enumerate(feats):
+    names = list(pipeline.StageFeatures.__dataclass_fields__)
+    table = np.empty((len(names), len(feats), width))
+    for g, f in enumerate(feats):
+        for i, name in enumerate(names):
             col = getattr(f, name)
-            tab[g, : len(col)] = col
-            tab[g, len(col) :] = col[0]
-        table[name] = tab[inverse]
-    return table
+            table[i, g, : len(col)] = col
+            table[i, g, len(col) :] = col[0]
+    stacked = np.take(table, lookup[code], axis=1)  # (F, N, C)
+    return {name: stacked[i] for i, name in enumerate(names)}
 
 
 def estimate_batch(
