@@ -114,6 +114,8 @@ def estimate_batch(
     peak_stage (pipeline stage of the most loaded GPU), slow_stage, in_flight, model_flops,
     hw_flops."""
     lo = layout_arrays(layouts)
+    if len(lo["tp"]) == 0:  # the columns, with no rows
+        return {k: v[:0] for k, v in estimate_batch(model, cluster, job, [Layout()]).items()}
     gpu = cluster.gpu
     tp, pp, dp, cp, ep = (lo[k].astype(float) for k in ("tp", "pp", "dp", "cp", "ep"))
     vpp, mbs, zero, rc, sp = (

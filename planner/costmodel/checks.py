@@ -41,8 +41,9 @@ def layout_violations(
     if lo.vpp > 1:
         if lo.pp == 1:
             out.append(f"vpp={lo.vpp} needs pp > 1 (interleaving splits pipeline stages)")
-        elif L % (lo.pp * lo.vpp):
-            out.append(f"pp*vpp = {lo.pp * lo.vpp} does not divide the {L} layers")
+        elif lo.pp * lo.vpp > L + 2:
+            out.append(f"pp*vpp = {lo.pp * lo.vpp} model chunks exceed the {L} layers + 2 "
+                       "(embedding and loss may each take a chunk's slot)")
     per_step = lo.mbs * lo.dp
     if job.global_batch % per_step:
         out.append(

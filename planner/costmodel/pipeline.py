@@ -37,11 +37,12 @@ class StageFeatures:
 
 
 def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
-    """Layers per stage for an uneven split (vpp = 1): every stage gets floor(L/pp); the
-    L mod pp extra layers go first to the inner stages (1 .. pp-2), then to stage 0, then to
-    the last stage, because the first stage also holds the embedding and the most in-flight
-    micro-batches and the last stage holds the LM head. Megatron's uneven split
-    (--decoder-first/last-pipeline-num-layers) is used the same way: lighten the end stages."""
+    """Layers per pipeline stage (or per model chunk) for an uneven split: every one gets
+    floor(L/pp); the L mod pp extra layers go first to the inner ones (1 .. pp-2), then to the
+    first, then to the last, because the first stage also holds the embedding and the most
+    in-flight micro-batches and the last holds the LM head. When pp divides L + 2 this is
+    Megatron's account_for_embedding/loss_in_pipeline_split (the embedding and the loss each
+    take one layer's slot: L = 126 on 16 stages gives 7, 8 x 14, 7)."""
     base, extra = divmod(num_layers, pp)
     counts = [base] * pp
     order = list(range(1, pp - 1)) + [0] + ([pp - 1] if pp > 1 else [])
@@ -51,19 +52,16 @@ def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
 
 
 def stage_layers(num_layers: int, pp: int, vpp: int) -> list[list[int]]:
-    """Layer indices held by each stage. vpp > 1 (interleaved): L/(pp*vpp) contiguous layers per
-    model chunk, chunk c on stage c mod pp (Megatron's interleaving); needs pp*vpp | L (checks)."""
-    if vpp > 1:
-        per_chunk = max(1, num_layers // (pp * vpp))
-        stages: list[list[int]] = [[] for _ in range(pp)]
-        for c in range(pp * vpp):
-            stages[c % pp].extend(range(c * per_chunk, min((c + 1) * per_chunk, num_layers)))
-        return stages
-    out, start = [], 0
-    for n in stage_layer_counts(num_layers, pp):
-        out.append(list(range(start, start + n)))
+    """Layer indices held by each stage. vpp > 1 (interleaved): the model is cut into pp * vpp
+    contiguous chunks (split as stage_layer_counts does), chunk c on stage c mod pp (Megatron's
+    interleaving)."""
+    counts = stage_layer_counts(num_layers, pp * vpp)
+    stages: list[list[int]] = [[] for _ in range(pp)]
+    start = 0
+    for c, n in enumerate(counts):
+        stages[c % pp].extend(range(start, start + n))
         start += n
-    return out
+    return stages
 
 
 def stage_features(model: ModelSpec, pp: int, vpp: int) -> StageFeatures:

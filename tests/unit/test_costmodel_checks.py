@@ -27,7 +27,7 @@ def test_valid_layout_has_no_violations():
     (dict(tp=8, pp=4, dp=2), "= 64, but the cluster has 128 GPUs"),
     (dict(tp=16, pp=2, dp=4), "exceeds the 8 GPUs of one NVLink domain"),
     (dict(tp=1, pp=128, dp=1), "pp=128 exceeds the 80 layers"),
-    (dict(tp=8, pp=4, dp=4, vpp=3), "pp*vpp = 12 does not divide the 80 layers"),
+    (dict(tp=8, pp=8, dp=2, vpp=11), "pp*vpp = 88 model chunks exceed the 80 layers + 2"),
     (dict(tp=8, pp=1, dp=16, vpp=2), "vpp=2 needs pp > 1"),
     (dict(tp=8, pp=4, dp=4, mbs=3), "global batch 1024 is not divisible by mbs*dp"),
     (dict(tp=8, pp=4, dp=4, ep=2), "needs a mixture-of-experts model"),

@@ -30,6 +30,15 @@ def test_interleaved_chunks_round_robin():
     assert stages[1] == [2, 3, 6, 7, 10, 11, 14, 15]
 
 
+def test_interleaved_with_embedding_and_loss_slots():
+    """Megatron's account_for_embedding/loss_in_pipeline_split: 30 layers on pp 4 x vpp 8 =
+    32 chunks (the dgxc Llama 3.1 405B proxy): the first and last chunks hold no layer."""
+    counts = pipeline.stage_layer_counts(30, 32)
+    assert counts[0] == 0 and counts[-1] == 0 and set(counts[1:-1]) == {1}
+    stages = pipeline.stage_layers(30, 4, 8)
+    assert [len(s) for s in stages] == [7, 8, 8, 7]
+
+
 def test_in_flight_1f1b_and_megatron_interleaved_factor():
     pp, m = 8, 64
     stages = np.arange(pp)

@@ -149,3 +149,8 @@ def test_batch_is_vectorized_not_a_loop():
         single = estimate_batch(model, BIG, job(model), [los[i]])
         for key, values in single.items():
             assert np.array_equal(values[0], cols[key][i]), key
+
+
+def test_no_layouts_give_empty_columns():
+    cols = estimate_batch(MODELS[0], BIG, job(MODELS[0]), [])
+    assert "step_time_s" in cols and all(len(v) == 0 for v in cols.values())
