@@ -6,44 +6,44 @@ passed through):
 
 1. StructureModel: the parallel degrees and the batch split as integer variables with their
    domains (problem.knob_domains) and the structural constraints: tp*pp*dp*cp = GPUs
-   (AddMultiplicationEquality), mbs*grad_accum*dp = global batch, ep divides dp*cp (modulo),
-   interleaving only with pp > 1 and layers divisible by pp*vpp. All its solutions are enumerated:
-   they are the structures of the space, which the cost model then evaluates in one vectorized call.
+   (int_prod, CP-SAT's AddMultiplicationEquality), mbs*grad_accum*dp = global batch, ep divides
+   dp*cp (int_mod), interleaving only with pp > 1 and layers divisible by pp*vpp. All its
+   solutions are enumerated: they are the structures of the space, which the cost model then
+   evaluates in one vectorized call.
 
-2. SelectionModel: one Boolean per evaluated layout ("is among the K plans returned"); at most K
-   chosen; every pin excludes the layouts without the pinned value; every chosen layout's peak
-   memory <= the usable capacity; minimize the sum of the chosen layouts' objective values
-   (step time, then memory, then groups crossing nodes; problem.Space.keys). The optimum is the
-   K best distinct plans in one solve: the constraint matrix is a cardinality row plus fixings,
-   so the LP relaxation is integral and CP-SAT proves it at the root.
+2. SelectionModel: one Boolean per evaluated layout ("is among the K plans returned"); exactly
+   min(K, eligible) chosen; every pin and the memory limit (peak memory <= usable capacity)
+   exclude layouts; minimize the sum of the chosen layouts' objective values (step time, then
+   memory, then groups crossing nodes; problem.Space.keys). The optimum is the K best distinct
+   plans in one solve: a cardinality row plus fixings has an integral LP relaxation, and CP-SAT
+   proves it in presolve.
 
 Why not one model with the cost terms as functions of the knob variables: the cost model is not
 linear in the knobs, so the link is a table over the evaluated layouts; linking ten knob variables
 to thousands of table rows and re-solving K times with the previous plans forbidden (measured on
 llama-70B / 128 GPUs, 7,560 layouts) took 0.7 to 8 s per solve, against tens of ms here.
+
+The models are written on CP-SAT's model proto through ortools' pybind layer (cp_model_helper),
+not the Python `cp_model` wrapper: that wrapper imports pandas at import time, 0.2 to 0.5 s of
+`planner solve`'s start-up, and its expression layer took 0.2 s to build a 7,560-term objective
+that the proto takes 10 ms for. `Proto` below is the small builder the two models share.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from ortools.sat.python import cp_model
 from ortools.sat.python import cp_model_helper as cmh
 
-from planner.search.problem import (
-    KNOBS,
-    STRUCTURE_KNOBS,
-    Domains,
-    Space,
-    knob_code,
-)
+from planner.search.problem import KNOBS, STRUCTURE_KNOBS, Domains, Space, knob_code
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 INT64_SAFE = 2**62  # CP-SAT rejects models whose objective may overflow int64
+OPTIMAL, FEASIBLE, INFEASIBLE = cmh.OPTIMAL, cmh.FEASIBLE, cmh.INFEASIBLE
 
 
 @dataclass(frozen=True)
@@ -56,14 +56,87 @@ class SolverConfig:
     random_seed: int = 0
     log_search_progress: bool = False
 
-    def solver(self) -> cp_model.CpSolver:
-        solver = cp_model.CpSolver()
-        params = solver.parameters
+    def parameters(self) -> cmh.SatParameters:
+        params = cmh.SatParameters()
         params.max_time_in_seconds = self.time_limit_s
         params.num_workers = self.num_workers
         params.random_seed = self.random_seed
         params.log_search_progress = self.log_search_progress
-        return solver
+        return params
+
+
+class Proto:
+    """A CP-SAT model proto with the few builders the search needs. Variables are indices;
+    `-i - 1` is the negation of Boolean i (CP-SAT's literal convention)."""
+
+    def __init__(self) -> None:
+        self.proto = cmh.CpModelProto()
+
+    def new_var(self, values: Sequence[int], name: str = "") -> int:
+        """An integer variable whose domain is exactly `values`."""
+        var = self.proto.variables.add()
+        var.name = name
+        var.domain.extend(_intervals(sorted(set(values))))
+        return len(self.proto.variables) - 1
+
+    def linear(
+        self, terms: Sequence[tuple[int, int]], lo: int, hi: int, enforce: Sequence[int] = ()
+    ) -> None:
+        """lo <= sum(coeff * var) <= hi, only when every literal in `enforce` is true."""
+        con = self.proto.constraints.add()
+        con.enforcement_literal.extend(enforce)
+        con.linear.vars.extend(v for v, _ in terms)
+        con.linear.coeffs.extend(c for _, c in terms)
+        con.linear.domain.extend([lo, hi])
+
+    def product(self, target: int | None, factors: Sequence[int], constant: int = 0) -> None:
+        """var[target] (or `constant` when target is None) = product of the factor variables."""
+        prod = self.proto.constraints.add().int_prod
+        _expr(prod.target, target, constant)
+        for var in factors:
+            _expr(prod.exprs.add(), var)
+
+    def modulo(
+        self, target: int, numerator: int | None, modulus: int, constant_numerator: int = 0
+    ) -> None:
+        """var[target] = numerator mod var[modulus]; numerator a variable or a constant."""
+        mod = self.proto.constraints.add().int_mod
+        _expr(mod.target, target)
+        _expr(mod.exprs.add(), numerator, constant_numerator)
+        _expr(mod.exprs.add(), modulus)
+
+    def solve(
+        self, config: SolverConfig, callback: cmh.SolutionCallback | None = None, **overrides: Any
+    ) -> cmh.CpSolverResponse:
+        params = config.parameters()
+        for key, value in overrides.items():
+            setattr(params, key, value)
+        wrapper = cmh.SolveWrapper()
+        wrapper.set_parameters(params)
+        if callback is not None:
+            wrapper.add_solution_callback(callback)
+        response = wrapper.solve(self.proto)
+        if callback is not None:
+            wrapper.clear_solution_callback(callback)
+        return response
+
+
+def _intervals(values: list[int]) -> list[int]:
+    """Sorted values -> CP-SAT's flat domain [lo0, hi0, lo1, hi1, ...]."""
+    flat: list[int] = []
+    for v in values:
+        if flat and flat[-1] == v - 1:
+            flat[-1] = v
+        else:
+            flat += [v, v]
+    return flat
+
+
+def _expr(proto: cmh.LinearExpressionProto, var: int | None, constant: int = 0) -> None:
+    if var is not None:
+        proto.vars.append(var)
+        proto.coeffs.append(1)
+    proto.offset = constant
 
 
 @dataclass
@@ -77,16 +150,16 @@ class Selection:
     wall_s: float = 0.0
 
 
-class _Collector(cp_model.CpSolverSolutionCallback):
-    """Records every solution of the structure model."""
+class _Collector(cmh.SolutionCallback):
+    """Records every solution of the structure model (values of the given variables)."""
 
-    def __init__(self, variables: list[cp_model.IntVar]) -> None:
-        super().__init__()
+    def __init__(self, variables: list[int]) -> None:
+        cmh.SolutionCallback.__init__(self)
         self.variables = variables
         self.rows: list[tuple[int, ...]] = []
 
-    def on_solution_callback(self) -> None:
-        self.rows.append(tuple(int(self.Value(v)) for v in self.variables))
+    def OnSolutionCallback(self) -> None:  # noqa: N802 - the pybind hook's name
+        self.rows.append(tuple(self.SolutionIntegerValue(v) for v in self.variables))
 
 
 class StructureModel:
@@ -102,148 +175,144 @@ class StructureModel:
     ) -> None:
         self.spec, self.cluster, self.job, self.domains = model, cluster, job, domains
         self.config = config or SolverConfig()
-        self.model = cp_model.CpModel()
-        self.var: dict[str, cp_model.IntVar] = {}
+        self.model = Proto()
+        self.var: dict[str, int] = {}
         self._add_variables()
         self._add_gpu_product()
         self._add_global_batch()
         self._add_expert_divisibility()
         self._add_interleaving()
+        self._add_search_order()
 
     def _add_variables(self) -> None:
+        # one variable per structural knob, domain = the values the space allows for it
         for knob in STRUCTURE_KNOBS:
-            values = getattr(self.domains, knob) or [1]
-            domain = cp_model.Domain.FromValues(values)
-            self.var[knob] = self.model.NewIntVarFromDomain(domain, knob)
+            self.var[knob] = self.model.new_var(getattr(self.domains, knob) or [1], knob)
         self.empty = any(not getattr(self.domains, k) for k in STRUCTURE_KNOBS)
 
     def _add_gpu_product(self) -> None:
         # tp * pp * dp * cp = GPUs (ep is carved out of dp*cp and does not multiply the world)
         v = self.var
-        self.model.AddMultiplicationEquality(
-            self.cluster.num_gpus, [v["tp"], v["pp"], v["dp"], v["cp"]]
-        )
+        self.model.product(None, [v["tp"], v["pp"], v["dp"], v["cp"]], self.cluster.num_gpus)
 
     def _add_global_batch(self) -> None:
         # global_batch = mbs * grad_accum * dp
         batch = self.job.global_batch
-        grad_accum = self.model.NewIntVar(1, batch, "grad_accum")
-        self.model.AddMultiplicationEquality(batch, [self.var["mbs"], grad_accum, self.var["dp"]])
+        grad_accum = self.model.new_var(range(1, batch + 1), "grad_accum")
+        self.model.product(None, [self.var["mbs"], grad_accum, self.var["dp"]], batch)
 
     def _add_expert_divisibility(self) -> None:
         # ep divides dp*cp: experts are sharded over ranks of the data/context group
         if len(self.domains.ep) <= 1:
             return
-        dp_cp = self.model.NewIntVar(1, self.cluster.num_gpus, "dp_cp")
-        self.model.AddMultiplicationEquality(dp_cp, [self.var["dp"], self.var["cp"]])
-        self.model.AddModuloEquality(0, dp_cp, self.var["ep"])
+        dp_cp = self.model.new_var(range(1, self.cluster.num_gpus + 1), "dp_cp")
+        self.model.product(dp_cp, [self.var["dp"], self.var["cp"]])
+        zero = self.model.new_var([0], "zero_remainder")
+        self.model.modulo(zero, dp_cp, self.var["ep"])
 
     def _add_interleaving(self) -> None:
         # vpp > 1 only with pp > 1 and layers divisible by pp*vpp
         if max(self.domains.vpp) <= 1:
             return
-        layers = self.spec.num_hidden_layers
-        interleaved = self.model.NewBoolVar("interleaved")
-        self.model.Add(self.var["vpp"] >= 2).OnlyEnforceIf(interleaved)
-        self.model.Add(self.var["vpp"] == 1).OnlyEnforceIf(interleaved.Not())
-        self.model.Add(self.var["pp"] >= 2).OnlyEnforceIf(interleaved)
-        chunks = self.model.NewIntVar(1, layers * max(self.domains.vpp), "pp_vpp")
-        self.model.AddMultiplicationEquality(chunks, [self.var["pp"], self.var["vpp"]])
-        chunks_when_on = self.model.NewIntVar(1, layers * max(self.domains.vpp), "chunks_on")
-        self.model.Add(chunks_when_on == chunks).OnlyEnforceIf(interleaved)
-        self.model.Add(chunks_when_on == 1).OnlyEnforceIf(interleaved.Not())
-        self.model.AddModuloEquality(0, layers, chunks_when_on)
+        layers, top = (
+            self.spec.num_hidden_layers,
+            self.spec.num_hidden_layers * max(self.domains.vpp),
+        )
+        on = self.model.new_var([0, 1], "interleaved")
+        off = -on - 1
+        v = self.var
+        self.model.linear([(v["vpp"], 1)], 2, max(self.domains.vpp), enforce=[on])
+        self.model.linear([(v["vpp"], 1)], 1, 1, enforce=[off])
+        self.model.linear([(v["pp"], 1)], 2, layers, enforce=[on])
+        chunks = self.model.new_var(range(1, top + 1), "pp_vpp")
+        self.model.product(chunks, [v["pp"], v["vpp"]])
+        divisor = self.model.new_var(range(1, top + 1), "chunks_if_interleaved")
+        self.model.linear([(divisor, 1), (chunks, -1)], 0, 0, enforce=[on])
+        self.model.linear([(divisor, 1)], 1, 1, enforce=[off])
+        zero = self.model.new_var([0], "zero_remainder_layers")
+        self.model.modulo(zero, None, divisor, constant_numerator=layers)
+
+    def _add_search_order(self) -> None:
+        # enumeration: branch on the knobs in a fixed order, smallest value first
+        strategy = self.model.proto.search_strategy.add()
+        strategy.variables.extend(self.var[k] for k in STRUCTURE_KNOBS)
+        strategy.variable_selection_strategy = cmh.DecisionStrategyProto.CHOOSE_FIRST
+        strategy.domain_reduction_strategy = cmh.DecisionStrategyProto.SELECT_MIN_VALUE
 
     def enumerate(self) -> list[tuple[int, ...]]:
         """Every (tp, pp, dp, cp, ep, vpp, mbs) that satisfies the constraints, sorted."""
         if self.empty:
             return []
-        variables = [self.var[k] for k in STRUCTURE_KNOBS]
-        self.model.AddDecisionStrategy(variables, cp_model.CHOOSE_FIRST, cp_model.SELECT_MIN_VALUE)
-        solver = self.config.solver()
-        params = solver.parameters
-        params.enumerate_all_solutions = True
-        params.num_workers = 1  # enumeration is single-threaded in CP-SAT
-        # pure propagation and a fixed branching order: no LP (measured 15x faster here)
-        params.linearization_level = 0
-        params.search_branching = cp_model.FIXED_SEARCH
-        collector = _Collector(variables)
-        status = solver.Solve(self.model, collector)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.INFEASIBLE):
-            raise RuntimeError(
-                f"CP-SAT did not finish enumerating the layouts: {solver.StatusName(status)}"
-            )
+        collector = _Collector([self.var[k] for k in STRUCTURE_KNOBS])
+        # enumeration is single-threaded in CP-SAT; pure propagation with a fixed branching order
+        # and no LP (linearization 0) measured 15x faster than the defaults here
+        response = self.model.solve(
+            self.config,
+            collector,
+            enumerate_all_solutions=True,
+            num_workers=1,
+            linearization_level=0,
+            search_branching=cmh.SatParameters.FIXED_SEARCH,
+        )
+        if response.status not in (OPTIMAL, FEASIBLE, INFEASIBLE):
+            raise RuntimeError(f"CP-SAT did not finish enumerating the layouts: {response.status}")
         return sorted(set(collector.rows))
 
 
 class SelectionModel:
-    """Top-K selection over an evaluated space (module docstring 2).
-
-    Built on the model proto directly (one Boolean per layout, variable i = row i of the space):
-    with thousands of layouts the Python expression layer (NewBoolVar, Minimize(WeightedSum))
-    took 0.2 s to build what the proto takes 10 ms for."""
+    """Top-K selection over an evaluated space (module docstring 2); variable i is row i."""
 
     def __init__(
         self, space: Space, pins: Mapping[str, Any], top_k: int, config: SolverConfig | None = None
     ) -> None:
         self.space, self.pins, self.top_k = space, dict(pins), top_k
         self.config = config or SolverConfig()
-        self.model = cp_model.CpModel()
-        self.proto = self.model.Proto()
-        self._add_choice_variables()
-        self._add_cardinality()
+        self.model = Proto()
+        self.proto = self.model.proto
+        self._excluded = np.zeros(len(space), dtype=bool)
         self._add_pins()
         self._add_memory_limit()
+        self._add_choice_variables()
+        self._add_cardinality()
         self._add_objective()
         self._add_hint()
-
-    def _add_choice_variables(self) -> None:
-        # x_i in {0, 1}: layout i is among the plans returned
-        boolean = cmh.IntegerVariableProto()
-        boolean.domain.extend([0, 1])
-        self.proto.variables.extend([boolean] * len(self.space))
-
-    def _add_linear(self, rows: np.ndarray, coeffs: list[int], lo: int, hi: int) -> None:
-        """lo <= sum(coeffs[j] * x[rows[j]]) <= hi."""
-        linear = self.proto.constraints.add().linear
-        linear.vars.extend(int(i) for i in rows)
-        linear.coeffs.extend(coeffs)
-        linear.domain.extend([lo, hi])
-
-    def _excluded(self, mask: np.ndarray) -> None:
-        """No chosen layout among the rows where mask is True."""
-        rows = np.flatnonzero(mask)
-        if len(rows):
-            self._add_linear(rows, [1] * len(rows), 0, 0)
-
-    def _eligible(self) -> np.ndarray:
-        return self.space.pin_mask(self.pins) & self.space.fits
-
-    def _add_cardinality(self) -> None:
-        # exactly min(K, number of eligible layouts) plans: as many as exist, up to K
-        count = min(self.top_k, int(self._eligible().sum()))
-        self._add_linear(np.arange(len(self.space)), [1] * len(self.space), count, count)
 
     def _add_pins(self) -> None:
         # a pinned knob excludes every layout with another value
         for knob, value in self.pins.items():
-            self._excluded(self.space.knobs[knob] != knob_code(knob, value))
+            self._excluded |= self.space.knobs[knob] != knob_code(knob, value)
 
     def _add_memory_limit(self) -> None:
         # peak memory of the most loaded GPU <= usable capacity, for every chosen layout
-        self._excluded(self.space.mem_units > self.space.cap_units)
+        self._excluded |= self.space.mem_units > self.space.cap_units
+
+    def _add_choice_variables(self) -> None:
+        # x_i in {0, 1}: layout i is among the plans returned; x_i in {0} where a pin or the
+        # memory limit excludes layout i (unary constraints written as domains: presolve drops
+        # those rows at no cost, where one 0-sum row over 40k layouts took 0.5 s)
+        free, fixed = cmh.IntegerVariableProto(), cmh.IntegerVariableProto()
+        free.domain.extend([0, 1])
+        fixed.domain.extend([0, 0])
+        self.proto.variables.extend([fixed if ex else free for ex in self._excluded.tolist()])
+
+    def _add_cardinality(self) -> None:
+        # exactly min(K, number of eligible layouts) plans: as many as exist, up to K
+        free = np.flatnonzero(~self._excluded).tolist()
+        count = min(self.top_k, len(free))
+        self.model.linear([(i, 1) for i in free], count, count)
 
     def _add_objective(self) -> None:
         # sum of the chosen objective values: step time, then memory, then crossing groups
         keys = self.space.keys
         if len(keys) and int(keys.max()) * max(self.top_k, 1) >= INT64_SAFE:
             raise OverflowError("objective out of int64 range; raise problem.TIME_UNIT_S")
-        self.proto.objective.vars.extend(range(len(keys)))
-        self.proto.objective.coeffs.extend(keys.tolist())
+        free = np.flatnonzero(~self._excluded)  # the others are 0 and add nothing
+        self.proto.objective.vars.extend(free.tolist())
+        self.proto.objective.coeffs.extend(keys[free].tolist())
 
     def _add_hint(self) -> None:
         # start from the lowest-memory eligible layouts (a feasible point)
-        eligible = np.flatnonzero(self._eligible())
+        eligible = np.flatnonzero(~self._excluded)
         order = eligible[np.argsort(self.space.mem_units[eligible], kind="stable")]
         chosen = order[: self.top_k].tolist()
         self.proto.solution_hint.vars.extend(chosen)
@@ -256,15 +325,14 @@ class SelectionModel:
         if not len(self.space):
             out.status = "EMPTY"
             return out
-        solver = self.config.solver()
-        status = solver.Solve(self.model)
-        out.status = solver.StatusName(status)
-        if status == cp_model.FEASIBLE:
+        response = self.model.solve(self.config)
+        out.status = response.status.name
+        if response.status == FEASIBLE:
             raise RuntimeError("CP-SAT hit its time limit before proving the top plans optimal")
-        if status == cp_model.OPTIMAL:
-            values = np.asarray(solver.ResponseProto().solution, dtype=np.int64)
-            picked = np.flatnonzero(values[: len(self.space)])
-            rows = sorted(picked.tolist(), key=lambda i: (int(self.space.keys[i]), self._row(i)))
+        if response.status == OPTIMAL:
+            values = np.asarray(response.solution, dtype=np.int64)
+            picked = np.flatnonzero(values[: len(self.space)]).tolist()
+            rows = sorted(picked, key=lambda i: (int(self.space.keys[i]), self._row(i)))
             out.indices = rows
             out.objectives = [int(self.space.keys[i]) for i in rows]
         out.wall_s = time.perf_counter() - start

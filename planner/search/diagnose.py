@@ -97,9 +97,7 @@ def no_valid_layout(space: Space, pins: Mapping[str, Any]) -> PlannerError:
     lines = []
     for knob, value in pins.items():
         if not (space.knobs[knob] == knob_code(knob, value)).any():
-            lines.append(
-                f"{_flag(knob, value)}: possible values here are {_values_text(space, knob)}"
-            )
+            lines.append(f"possible {knob} values here: {_values_text(space, knob)}")
     try:
         from planner.costmodel import layout_violations
 

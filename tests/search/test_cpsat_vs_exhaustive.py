@@ -162,7 +162,7 @@ def test_recompute_codes_round_trip() -> None:
 
 def test_impossible_pin_is_a_layout_error() -> None:
     model, cluster, job = make_model(layers=8, heads=16, kv=4), make_cluster(16), make_job(2048, 32)
-    with pytest.raises(LayoutError, match="--tp 16: possible values here are 1, 2, 4, 8"):
+    with pytest.raises(LayoutError, match="has --tp 16: possible tp values here: 1, 2, 4, 8"):
         search(model, cluster, job, {"tp": 16}, 5, batch_cost=standin_batch)
     with pytest.raises(LayoutError, match="--pp 9"):
         search(model, cluster, job, {"pp": 9}, 5, batch_cost=standin_batch)
