@@ -37,8 +37,14 @@ OPT_SHARDED_BY_ZERO = np.array([False, True, True, True])
 CHECKPOINT_BYTES_PER_PARAM = 14.0  # bf16 weights 2 + fp32 master 4 + m 4 + v 4 (seed 001 ch. 7)
 ZERO3_LIVE_UNITS = 3  # FSDP: the gathered unit in use, the prefetched next one, its full grads
 INPUT_ID_BYTES = 8  # int64 token ids kept per micro-batch on stage 0 (Megatron "8sbp" [S13])
-LOGIT_BYTES = 6.0  # per logit on the last stage: bf16 LM-head output + its fp32 upcast for the
-#                    loss, both live at the upcast (Korthikanti's 4sbV counts the fp32 copy)
+# Per logit on the last stage: the fp32 logits the loss keeps for its backward (Korthikanti's
+# output-layer term 4sbh(1 + V/h) counts 4 bytes per logit; Megatron's vocab-parallel cross
+# entropy upcasts the bf16 logits and saves exp(logits) in fp32). Fused losses keep less.
+LOGIT_BYTES = 4.0
+# Dropout masks (1 byte per element) are not stored by default: current pretraining recipes
+# run without dropout (Llama 2/3, Mistral, MPT resid/attn/emb_pdrop 0, BLOOM 0, NeMo Llama
+# configs hidden_dropout 0). layer_activation(dropout=True) gives Korthikanti's GPT counts.
+DROPOUT = False
 
 
 def param_state_bytes(
@@ -71,10 +77,9 @@ def checkpoint_bytes(model: ModelSpec) -> float:
 
 
 def uses_dropout(model: ModelSpec) -> bool:
-    """Dropout masks are stored for GPT-style (GeLU) models, trained with dropout 0.1 in
-    Megatron's GPT recipes (Korthikanti 2022 counts them); Llama-style SwiGLU models train
-    without dropout (Llama 2/3 configs: attention_dropout 0)."""
-    return model.activation == "gelu"
+    """Whether the model's activations include dropout masks (see DROPOUT)."""
+    del model  # the spec has no dropout field: one recipe-wide choice
+    return DROPOUT
 
 
 @dataclass(frozen=True)

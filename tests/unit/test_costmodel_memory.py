@@ -53,13 +53,13 @@ def test_gqa_and_swiglu_change_the_tensors():
 
 def test_first_stage_holds_pp_micro_batches_of_its_layers():
     """GPT-3 175B, TP 8, PP 8, SP + selective: stage 0 holds 8 micro-batches x 12 layers, i.e.
-    34 s b h L / t bytes (Korthikanti sec. 4.2.3), plus token ids (8 B per token) and the
-    embedding's dropout mask."""
+    34 s b h L / t bytes (Korthikanti sec. 4.2.3) less the two 1-byte dropout masks per layer
+    (dropout off by default: 32 s b h L / t), plus token ids (8 B per token)."""
     model = gpt3_175b()
     lo = Layout(tp=8, pp=8, dp=1, mbs=1, zero=1, recompute="selective", sp=True)
     est = estimate(model, cluster(a100(), 64), job(model, global_batch=64), lo)
-    layers = 34 * S * H * 96 / 8
-    extras = 8 * S * 8 + 8 * S * H / 8  # ids and embedding dropout mask, 8 micro-batches
+    layers = 32 * S * H * 96 / 8
+    extras = 8 * S * 8  # token ids of 8 micro-batches
     assert est.peak_stage == 0 and est.in_flight == 8
     assert est.mem_activations_gb * GIB == pytest.approx(layers + extras, rel=1e-9)
 
@@ -88,7 +88,7 @@ def test_last_stage_carries_logits():
     gpu = flat_gpu(memory_gib=1000)
     lo = Layout(tp=8, pp=4, dp=1, mbs=2, zero=1, recompute="full", sp=True)
     cols = estimate_batch(model, cluster(gpu, 32), job(model, global_batch=2), [lo])
-    # m = 1 micro-batch: every stage holds one; the last adds logits (6 bytes per logit / t)
+    # m = 1 micro-batch: every stage holds one; the last adds fp32 logits (4 bytes / t)
     assert cols["peak_stage"][0] == 3
     logits = 2 * 4096 * 32000 * memory.LOGIT_BYTES / 8
     assert cols["mem_activations_gb"][0] * GIB > logits
