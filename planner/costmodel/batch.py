@@ -154,15 +154,16 @@ def estimate_batch(
     compute_mb = (1 + compute.BACKWARD_FACTOR) * fwd + recomp
 
     # TP: 2 all-reduces (or AG + RS with SP) per layer in forward, 2 in backward, 2 more when
-    # full recompute re-runs the forward (Korthikanti 2022 sec. 4.2.2); one each for the
-    # vocab-parallel embedding and LM head (Megatron).
+    # full recompute re-runs the forward (Korthikanti 2022 sec. 4.2.2); one for the
+    # vocab-parallel embedding (forward AR, or RS + AG in backward with SP) and one for the LM
+    # head (backward AR of its input grad, or AG forward + RS backward with SP) (Megatron).
     act_bytes = tokens * model.hidden_size * 2
     tp_group = comm.Group(cluster, tp, 1)
     ar = comm.all_reduce_time(tp_group, act_bytes)
     agrs = comm.all_gather_time(tp_group, act_bytes) + comm.reduce_scatter_time(tp_group, act_bytes)
     tp_one = np.where(sp, agrs, ar)
     tp_per_layer = tp_one * (4 + 2 * (rc == 2))
-    tp_mb = layers * tp_per_layer[col] + 2 * (st["emb"] + st["head"]) * tp_one[col]
+    tp_mb = layers * tp_per_layer[col] + (st["emb"] + st["head"]) * tp_one[col]
 
     # CP: ring exchange of K and V blocks, (cp-1) sends in forward, K,V and dK,dV in backward,
     # overlapped with the attention core where it is longer (Transformer Engine's ring attention)
@@ -225,7 +226,9 @@ def estimate_batch(
     heavy = np.argmax(p_dense + p_exp, axis=1)
     pd_h, pe_h = at(p_dense, heavy), at(p_exp, heavy)
     grad_w = memory.GRAD_BYTES_BY_ZERO[zero]
-    unit = at(st["max_layer_params"], heavy) / tp * 2.0  # one layer's bf16 params (ZeRO-3 unit)
+    # one layer's bf16 params, the FSDP / ZeRO-3 unit (experts sharded over ep as well)
+    unit_all = (st["max_layer_params"] + st["max_layer_experts"] / ep[col]) / tp[col] * 2.0
+    unit = at(unit_all, heavy)
 
     def dp_time(params: np.ndarray, group: comm.Group) -> tuple[np.ndarray, np.ndarray]:
         """(per-step, per-micro-batch) seconds of the DP traffic for `params` local params."""
@@ -258,8 +261,11 @@ def estimate_batch(
     # overlap_grad_reduce / overlap_param_gather); per-micro-batch traffic behind all of them.
     fwd_h, recomp_h = at(fwd, heavy), at(recomp, heavy)
     bwd_h = compute.BACKWARD_FACTOR * fwd_h
-    window = bwd_h + np.where(zero == 1, fwd_h + recomp_h, 0.0)
-    window = window + np.where(zero >= 2, m * (fwd_h + recomp_h + bwd_h), 0.0)
+    window = np.select(
+        [zero <= 0, zero == 1],
+        [bwd_h, bwd_h + fwd_h + recomp_h],
+        default=m * (fwd_h + recomp_h + bwd_h),
+    )
     dp_total = per_step + m * per_mb
     time_dp = np.maximum((1 - gpu.dp_overlap) * dp_total, dp_total - window)
 
@@ -301,11 +307,11 @@ def estimate_batch(
     )
 
     # ---- temporary buffers: the largest collective's, and ZeRO-2/3 unsharded units ---------
-    tp_buf = np.where(tp > 1, tokens * h * 2, 0.0)  # SP all-gather output / TP all-reduce buffer
+    tp_buf = np.where(tp > 1, tokens * h * 2, 0.0)  # SP all-gather output (one b s h tensor)
     ep_buf = np.where(ep > 1, 2 * a2a_bytes, 0.0)  # all-to-all send + receive
     coll = np.maximum(tp_buf, ep_buf)
     # nothing is gathered when the DP group is a single rank
-    unit_c = np.where((d_dense > 1)[col], st["max_layer_params"] / tp[col] * 2.0, 0.0)
+    unit_c = np.where((d_dense > 1)[col], unit_all, 0.0)
     z = zero[col]
     zero_units = np.select(
         [z == 2, z == 3], [unit_c, memory.ZERO3_LIVE_UNITS * unit_c], default=0.0

@@ -42,8 +42,10 @@ def layout_violations(
         if lo.pp == 1:
             out.append(f"vpp={lo.vpp} needs pp > 1 (interleaving splits pipeline stages)")
         elif lo.pp * lo.vpp > L + 2:
-            out.append(f"pp*vpp = {lo.pp * lo.vpp} model chunks exceed the {L} layers + 2 "
-                       "(embedding and loss may each take a chunk's slot)")
+            out.append(
+                f"pp*vpp = {lo.pp * lo.vpp} model chunks exceed the {L} layers + 2 "
+                "(embedding and loss may each take a chunk's slot)"
+            )
     per_step = lo.mbs * lo.dp
     if job.global_batch % per_step:
         out.append(

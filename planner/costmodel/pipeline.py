@@ -33,7 +33,8 @@ class StageFeatures:
     head: np.ndarray  # 1 where the stage holds the final norm + LM head + loss (last stage)
     p_dense: np.ndarray  # non-expert parameters on the stage (all TP ranks together)
     p_expert: np.ndarray  # routed-expert parameters on the stage (all EP x TP ranks together)
-    max_layer_params: np.ndarray  # the largest single layer's params on the stage (ZeRO-3 unit)
+    max_layer_params: np.ndarray  # non-expert params of the stage's largest layer (ZeRO-3 unit)
+    max_layer_experts: np.ndarray  # routed-expert params of its largest MoE layer
 
 
 def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
@@ -75,11 +76,12 @@ def stage_features(model: ModelSpec, pp: int, vpp: int) -> StageFeatures:
         emb = 1 if idx == 0 else 0
         head = 1 if idx == pp - 1 else 0
         p_dense = 0
-        max_layer = 0
+        max_layer = max_experts = 0
         for i in layers:
             lp = model.layer_params(i)
             p_dense += lp - (expert_params if moe_flags[i] else 0)
-            max_layer = max(max_layer, lp)
+            max_layer = max(max_layer, lp - (expert_params if moe_flags[i] else 0))
+            max_experts = max(max_experts, expert_params if moe_flags[i] else 0)
         if emb:
             p_dense += model.embedding_params
         if head:
@@ -88,7 +90,9 @@ def stage_features(model: ModelSpec, pp: int, vpp: int) -> StageFeatures:
             tied_copy = model.tie_word_embeddings and pp > 1
             p_dense += model.lm_head_params + model.final_norm_params
             p_dense += model.vocab_size * model.hidden_size if tied_copy else 0
-        rows.append((idx, n_dense, n_moe, emb, head, p_dense, n_moe * expert_params, max_layer))
+        rows.append(
+            (idx, n_dense, n_moe, emb, head, p_dense, n_moe * expert_params, max_layer, max_experts)
+        )
     keep = []
     for i, row in enumerate(rows):
         dominated = any(
