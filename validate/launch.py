@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +29,7 @@ from planner.layout import Layout
 from planner.specs import ClusterSpec, GpuProfile, JobSpec, ModelSpec
 
 from .config import RunConfig
-from .records import failure_fields
+from .records import LAUNCHED_ENV, failure_fields
 
 KILL_GRACE_S = 5.0  # SIGTERM, then SIGKILL this long after
 
@@ -206,20 +208,24 @@ def _failure_reason(launch: Launch, rc: int | None, timeout_s: float | None, log
         rank = errors[0].stem.removeprefix("error-rank")
         return f"rank {rank}: {errors[0].read_text().strip()}"
     text = log.read_text(errors="replace") if log.is_file() else ""
-    for line in text.splitlines():
-        if "exitcode" in line and "(pid" in line:
-            code = line.split(":", 1)[1].strip()
-            hint = " (killed: out of host memory?)" if "SIGKILL" in code else ""
-            return f"a rank exited with {code}{hint}; see {log}"
+    m = re.search(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)", text)
+    if m:
+        code, local_rank = int(m.group(1)), m.group(2)
+        if code < 0:
+            name = signal.Signals(-code).name
+            hint = " (out of host memory?)" if name == "SIGKILL" else ""
+            return f"local rank {local_rank} was killed by {name}{hint}; see {log}"
+        return f"local rank {local_rank} exited with code {code}; see {log}"
     return f"torchrun exited with code {rc}; see {log}"
 
 
 def execute(launch: Launch, timeout_s: float = 600.0) -> dict[str, Any]:
     """Run the prepared torchrun command and return the run's record (appending a failure record
-    when the workers did not write one). Nothing of the process group survives this call."""
+    when the workers did not write one). Nothing of the process group survives this call; the run
+    folder (config, torchrun log, per-rank errors) is removed after a good run."""
     cfg = launch.config
     log = Path(cfg.run_dir) / "torchrun.log"
-    env = {**os.environ, **launch.env}
+    env = {**os.environ, **launch.env, LAUNCHED_ENV: "1"}
     timed_out = False
     with open(log, "w") as log_file:
         proc = subprocess.Popen(launch.command, stdout=log_file, stderr=subprocess.STDOUT,
@@ -235,7 +241,9 @@ def execute(launch: Launch, timeout_s: float = 600.0) -> dict[str, Any]:
             _kill_group(proc.pid)
             proc.wait()
     record = _find_record(cfg.out, cfg.run_id)
-    if record is not None:  # written by rank 0 (ok, or its own failure)
+    if record is not None and record.get("ok"):  # the run folder is kept only after a failure
+        shutil.rmtree(cfg.run_dir, ignore_errors=True)
+    if record is not None:  # written by rank 0 (ok, or its own failure when run by hand)
         return record
     reason = _failure_reason(launch, rc, timeout_s if timed_out else None, log)
     record = {**cfg.base_record, "run_id": cfg.run_id, **_launcher_environment(launch),
@@ -258,14 +266,6 @@ def _launcher_environment(launch: Launch) -> dict[str, Any]:
             "python_version": platform.python_version(),
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "world_size": launch.nproc_per_node * launch.nnodes}
-
-
-def cleanup(launch: Launch, record: dict[str, Any]) -> None:
-    """Remove the run folder after a good run (kept after a failure, with its log)."""
-    if record.get("ok"):
-        import shutil
-
-        shutil.rmtree(launch.config.run_dir, ignore_errors=True)
 
 
 def summary(record: dict[str, Any]) -> str:

@@ -8,6 +8,10 @@ import platform
 import socket
 from typing import Any
 
+# Set by the launcher in the workers' environment: it, not rank 0, writes failure records, so
+# it can pick the root cause among the ranks' errors.
+LAUNCHED_ENV = "PLANNER_VALIDATE_LAUNCHED"
+
 MEASURED_FIELDS = (
     "measured_step_time_s", "measured_step_times_s", "measured_tokens_per_s",
     "measured_peak_mem_gb", "losses", "first_step_grad_norm", "reference_loss",

@@ -39,7 +39,7 @@ from .parallel import (
     stage_layer_ranges,
     stage_module,
 )
-from .records import environment, failure_fields, one_line
+from .records import LAUNCHED_ENV, environment, failure_fields, one_line
 
 # Relative agreement of step 1's loss and gradient norm with the single-process reference:
 # fp32 on CPU differs only in reduction order (observed ~1e-6); bf16 autocast on GPUs rounds
@@ -222,6 +222,24 @@ def run(cfg: RunConfig, device: torch.device, backend: str) -> dict[str, Any]:
     return record
 
 
+def _inject_fault(rank: int) -> None:
+    """Test hook: PLANNER_VALIDATE_FAULT="raise:R", "hang:R" or "kill:R" makes rank R raise,
+    sleep forever or SIGKILL itself after initialization, so the failure paths can be tested."""
+    spec = os.environ.get("PLANNER_VALIDATE_FAULT", "")
+    if not spec:
+        return
+    kind, _, which = spec.partition(":")
+    if int(which or 0) != rank:
+        return
+    if kind == "raise":
+        raise RuntimeError("injected fault")
+    if kind == "hang":
+        while True:
+            time.sleep(1)
+    if kind == "kill":
+        os.kill(os.getpid(), 9)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="planner validate worker (run under torchrun)")
     parser.add_argument("--config", required=True, help="RunConfig JSON written by the launcher")
@@ -235,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     base = {**cfg.base_record, "run_id": cfg.run_id, **environment(device)}
     try:
         dist.init_process_group(backend, timeout=timedelta(seconds=cfg.collective_timeout_s))
+        _inject_fault(rank)
         fields = run(cfg, device, backend)
         if rank == 0:
             append_jsonl(cfg.out, {**base, **fields, "ok": True, "error": None})
@@ -244,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg.run_dir.mkdir(parents=True, exist_ok=True)
         (Path(cfg.run_dir) / f"error-rank{rank}.txt").write_text(reason + "\n")
         traceback.print_exc()
-        if rank == 0:
+        if rank == 0 and not os.environ.get(LAUNCHED_ENV):  # the launcher picks the root cause
             append_jsonl(cfg.out, {**base, **failure_fields(reason, backend), "ok": False})
         return 1
     finally:

@@ -13,6 +13,7 @@ the prediction is made for the model as it runs. Exit 0 when the run is ok, 1 wh
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -91,8 +92,8 @@ def validate_cmd(
     from planner.layout import Layout
     from planner.registry import load_gpu, load_model
     from planner.specs import JobSpec
-    from planner.validate.config import ScaleDown, scaled_spec
-    from planner.validate.launch import cleanup, execute, local_profile, prepare
+    from planner.validate.config import ScaleDown, require_supported, scaled_spec
+    from planner.validate.launch import execute, local_profile, prepare
 
     if pp_schedule not in ("1f1b", "gpipe"):
         raise SpecError(f"unknown --pp-schedule '{pp_schedule}' (1f1b or gpipe)")
@@ -106,6 +107,7 @@ def validate_cmd(
         sp=(tp > 1) if sp is None else sp,
     )
     job = JobSpec(seq_len=seq_len or spec.seq_len, global_batch=global_batch or spec.global_batch)
+    require_supported(spec, layout, job.global_batch, job.seq_len)  # before importing torch
     gpu = load_gpu(str(profile)) if profile is not None else local_profile()
     launch = prepare(
         spec, layout, job, out=out, steps=steps, warmup=warmup, profile=gpu,
@@ -123,17 +125,18 @@ def validate_cmd(
     if print_only:
         return
     record = execute(launch, timeout_s=timeout)
-    cleanup(launch, record)
     _print_record(console, record, out)
     if not record.get("ok"):
-        raise typer.Exit(1)
+        sys.exit(1)  # typer.Exit would be swallowed by planner.cli.main (standalone_mode=False)
 
 
 def _print_record(console, record: dict, out: Path) -> None:  # noqa: ANN001
     """Measured vs predicted, memory, the correctness check, or the failure reason."""
+    from rich.markup import escape
+
     if not record.get("ok"):
-        console.print(f"[red]run failed:[/] {record.get('error')} (appended to {out})",
-                      highlight=False)
+        console.print(f"[red]run failed:[/] {escape(str(record.get('error')))} "
+                      f"(appended to {out})", highlight=False)
         return
     pred = record.get("predicted_step_time_s")
     meas = record["measured_step_time_s"]
@@ -141,7 +144,7 @@ def _print_record(console, record: dict, out: Path) -> None:  # noqa: ANN001
     if pred:
         line += f", {pred:.4g} s predicted ({(pred - meas) / meas:+.1%})"
     elif record.get("prediction_error"):
-        line += f"; no prediction: {record['prediction_error']}"
+        line += f"; no prediction: {escape(record['prediction_error'])}"
     console.print(line, highlight=False)
     console.print(f"peak memory {record['measured_peak_mem_gb']:.3g} GiB, losses "
                   + ", ".join(f"{x:.4f}" for x in record["losses"]), highlight=False)
