@@ -65,13 +65,17 @@ def test_load_inputs_profile_replaces_the_gpu(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("cluster", "fragments"), BAD_CLUSTERS[:2])
+@pytest.mark.parametrize(("cluster", "fragments"), BAD_CLUSTERS[:3])
 def test_estimate_with_a_bad_cluster_exits_2_with_one_line(cluster, fragments):
     result = run_planner("estimate", "--model", "llama70b", "--cluster", cluster,
                          "--tp", "8", "--pp", "1")
-    if "not implemented yet" in result.stderr:
-        pytest.xfail("planner estimate is still a placeholder")
     assert_one_line_exit_2(result, *fragments)
+
+
+@pytest.mark.slow
+def test_solve_with_an_unknown_gpu_exits_2_with_one_line():
+    result = run_planner("solve", "--model", "llama70b", "--cluster", "128xA1000")
+    assert_one_line_exit_2(result, "unknown GPU 'A1000'", "did you mean", "A100")
 
 
 @pytest.mark.slow
@@ -80,8 +84,6 @@ def test_estimate_with_a_cluster_yaml_missing_a_field(tmp_path):
     bad.write_text("gpu: H100\ngpus_per_node: 8\n")
     result = run_planner("estimate", "--model", "llama70b", "--cluster", str(bad),
                          "--tp", "8", "--pp", "1")
-    if "not implemented yet" in result.stderr:
-        pytest.xfail("planner estimate is still a placeholder")
     assert_one_line_exit_2(result, str(bad), "field 'num_nodes'")
 
 
