@@ -101,6 +101,16 @@ def test_aliases_are_unique_across_profiles(gpus):
     ("l40s", "L40S"),
     ("V100", "V100-SXM2-32GB"),
     ("V100-16GB", "V100-SXM2-16GB"),
+    # torch.cuda.get_device_name() spellings (what a validate run on that GPU reports)
+    ("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"),
+    ("NVIDIA A100-SXM4-40GB", "A100-SXM4-40GB"),
+    ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+    ("NVIDIA H100 PCIe", "H100-PCIE"),
+    ("NVIDIA H200", "H200-SXM"),
+    ("NVIDIA B200", "B200-SXM"),
+    ("NVIDIA L40S", "L40S"),
+    ("Tesla V100-SXM2-16GB", "V100-SXM2-16GB"),
+    ("AMD Instinct MI300X", "MI300X"),
 ])
 def test_aliases_resolve(typed, expected):
     assert load_gpu(typed).name == expected
