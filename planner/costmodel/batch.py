@@ -151,7 +151,10 @@ def estimate_batch(
     attn_core = st["n_dense"] * dense_t.attention[col] + st["n_moe"] * moe_t.attention[col]
     layer_fwd = st["n_dense"] * dense_t.total[col] + st["n_moe"] * moe_t.total[col]
     recomp = np.where((rc == 1)[col], attn_core, 0.0) + np.where((rc == 2)[col], layer_fwd, 0.0)
-    compute_mb = (1 + compute.BACKWARD_FACTOR) * fwd + recomp
+    bwd = (
+        compute.BACKWARD_FACTOR * (fwd - attn_core) + compute.ATTENTION_BACKWARD_FACTOR * attn_core
+    )
+    compute_mb = fwd + bwd + recomp
 
     # TP: 2 all-reduces (or AG + RS with SP) per layer in forward, 2 in backward, 2 more when
     # full recompute re-runs the forward (Korthikanti 2022 sec. 4.2.2); one for the
@@ -177,7 +180,7 @@ def estimate_batch(
     cp_cross = comm.Group(cluster, cp, tp).crosses
     cp_send = comm.p2p_time(cluster, kv_bytes, cp_cross) * (cp - 1)
     cp_fwd = np.maximum(cp_send - dense_t.attention, 0.0)
-    cp_bwd = np.maximum(2 * cp_send - compute.BACKWARD_FACTOR * dense_t.attention, 0.0)
+    cp_bwd = np.maximum(2 * cp_send - compute.ATTENTION_BACKWARD_FACTOR * dense_t.attention, 0.0)
     cp_layer = np.where(cp > 1, cp_fwd * (1 + (rc == 2)) + cp_bwd, 0.0)
     cp_mb = layers * cp_layer[col]
 
@@ -260,7 +263,7 @@ def estimate_batch(
     # distributed optimizer's param all-gather behind the next forward: Megatron
     # overlap_grad_reduce / overlap_param_gather); per-micro-batch traffic behind all of them.
     fwd_h, recomp_h = at(fwd, heavy), at(recomp, heavy)
-    bwd_h = compute.BACKWARD_FACTOR * fwd_h
+    bwd_h = at(bwd, heavy)
     window = np.select(
         [zero <= 0, zero == 1],
         [bwd_h, bwd_h + fwd_h + recomp_h],

@@ -5,8 +5,9 @@ TP split) sets its achieved efficiency from the profile's curve (hardware-facts 
 collapses below ~2048^3); time = FLOP / (peak x efficiency(FLOP)). Attention core (flash) runs
 at profile.attention_efficiency of the 16-bit peak, counted causally (half the s x s square).
 Backward = 2 x forward (dgrad + wgrad; Narayanan 2021 sec. 5.1, Megatron's expansion factor
-3 = fwd + 2 bwd [S13]). Element-wise work (norms, residual adds, rotary, activation function,
-MoE permutation, cross-entropy) is memory-bound: bytes moved / achieved HBM bandwidth.
+3 = fwd + 2 bwd [S13]), except flash attention's backward, 2.5 x its forward
+(FlashAttention-2). Element-wise work (norms, residual adds, rotary, activation function, MoE
+permutation, cross-entropy) is memory-bound: bytes moved / achieved HBM bandwidth.
 Model FLOPs follow the Megatron paper convention: ModelSpec.train_flops_per_token with
 causal=False (Narayanan 2021 eq. 3, the full s x s attention square); hardware FLOPs add the
 recomputed forward work (Korthikanti 2022 sec. 5: selective adds the attention core, full adds
@@ -21,7 +22,10 @@ import numpy as np
 
 from planner.specs import GpuProfile, ModelSpec
 
-BACKWARD_FACTOR = 2.0  # backward / forward time (dgrad + wgrad GEMMs; flash bwd ~ 2x fwd count)
+BACKWARD_FACTOR = 2.0  # backward / forward time of GEMMs (dgrad + wgrad) and element-wise work
+# Flash attention's backward runs 5 matmuls (it recomputes QK^T, then dV, dP, dQ, dK) against 2
+# in forward: 2.5x the forward time at equal efficiency (Dao 2023, FlashAttention-2, sec. 3.1.2).
+ATTENTION_BACKWARD_FACTOR = 2.5
 # Element-wise bytes per token per layer in forward, read + write at 2 bytes/element: each norm
 # reads and writes h (2 x 2h x 2 B), each residual add reads 2h and writes h (2 x 3h x 2 B).
 NORM_RESIDUAL_BYTES_PER_H = 2 * 2 * 2 + 2 * 3 * 2  # = 20 h bytes, divided by t with SP only

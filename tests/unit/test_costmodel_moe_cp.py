@@ -44,7 +44,7 @@ def test_context_parallel_ring_exposes_what_attention_cannot_hide():
     kv = tokens * 2 * 2 * 128 * 2  # K and V of 2 heads of 128, 2 bytes
     send = kv / 1e9  # one ring step at the plateau (latency negligible), cp - 1 = 1 step
     attn = model.attention_flops_per_token(8192, causal=True) / 2 * tokens / (100e12 * 0.5)
-    per_layer = max(send - attn, 0) + max(2 * send - 2 * attn, 0)
+    per_layer = max(send - attn, 0) + max(2 * send - 2.5 * attn, 0)  # flash bwd = 2.5 x fwd
     assert per_layer > 0
     assert cols["time_cp_comm_s"][0] == pytest.approx(2 * 2 * per_layer, rel=1e-6)
     # context parallelism halves each rank's tokens: activation memory per rank halves too
