@@ -7,7 +7,8 @@ passed through):
 1. StructureModel: the parallel degrees and the batch split as integer variables with their
    domains (problem.knob_domains) and the structural constraints: tp*pp*dp*cp = GPUs
    (int_prod, CP-SAT's AddMultiplicationEquality), mbs*grad_accum*dp = global batch, ep divides
-   dp*cp (int_mod), interleaving only with pp > 1 and layers divisible by pp*vpp. All its
+   dp*cp (int_mod), interleaving only with pp > 1, layers divisible by pp*vpp and grad_accum
+   divisible by pp (Megatron's interleaved schedule). All its
    solutions are enumerated: they are the structures of the space, which the cost model then
    evaluates in one vectorized call.
 
@@ -198,8 +199,8 @@ class StructureModel:
     def _add_global_batch(self) -> None:
         # global_batch = mbs * grad_accum * dp
         batch = self.job.global_batch
-        grad_accum = self.model.new_var(range(1, batch + 1), "grad_accum")
-        self.model.product(None, [self.var["mbs"], grad_accum, self.var["dp"]], batch)
+        self.grad_accum = self.model.new_var(range(1, batch + 1), "grad_accum")
+        self.model.product(None, [self.var["mbs"], self.grad_accum, self.var["dp"]], batch)
 
     def _add_expert_divisibility(self) -> None:
         # ep divides dp*cp: experts are sharded over ranks of the data/context group
@@ -231,6 +232,11 @@ class StructureModel:
         self.model.linear([(divisor, 1)], 1, 1, enforce=[off])
         zero = self.model.new_var([0], "zero_remainder_layers")
         self.model.modulo(zero, None, divisor, constant_numerator=layers)
+        # Megatron's interleaved schedule needs the micro-batches to divide into pp groups
+        # (schedules.py: "number of microbatches is not divisible by pipeline-parallel size")
+        remainder = self.model.new_var(range(0, layers), "grad_accum_mod_pp")
+        self.model.modulo(remainder, self.grad_accum, v["pp"])
+        self.model.linear([(remainder, 1)], 0, 0, enforce=[on])
 
     def _add_search_order(self) -> None:
         # enumeration: branch on the knobs in a fixed order, smallest value first

@@ -44,8 +44,11 @@ def enumerate_structures(
                         if vpp > 1 and (pp == 1 or layers % (pp * vpp)):
                             continue
                         for mbs in d.mbs:
-                            if batch % (mbs * dp) == 0:
-                                out.append((tp, pp, dp, cp, ep, vpp, mbs))
+                            if batch % (mbs * dp):
+                                continue
+                            if vpp > 1 and (batch // (mbs * dp)) % pp:
+                                continue  # interleaving needs grad_accum divisible by pp
+                            out.append((tp, pp, dp, cp, ep, vpp, mbs))
     return sorted(out)
 
 
