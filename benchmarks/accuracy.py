@@ -37,6 +37,11 @@ from planner.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table
 from planner.specs import GpuProfile
 
 TUNE_SOURCES = ("dgxc_benchmarking", "bloom_prequel")
+# Chip properties that should carry across sources: GEMM efficiency (scale and size dependence),
+# fused attention efficiency, DP overlap. Link latencies, HBM efficiency and per-step overhead
+# are left at their sources' values: on published tables they only absorb each source's quirks.
+TUNE_KNOBS = ("gemm_scale", "attention_efficiency", "gemm_size_log2")
+RUNS_PER_KNOB = 20  # a GPU with n tuning runs fits the first n // 20 knobs (at least one)
 # Same chip, other memory or packaging: a fit of the first serves the second.
 SIBLINGS = (("A100-SXM4-80GB", "A100-SXM4-40GB"), ("GB200", "B200"), ("H100-SXM", "H200"),
             ("V100-SXM2-16GB", "V100-SXM2-32GB"))
@@ -86,8 +91,10 @@ class Predictor:
 
 
 def fitted_profiles(runs: Sequence[MeasuredRun], predictor: Predictor,
-                    log: Any = print) -> dict[str, GpuProfile]:
-    """Profiles fitted per GPU on the given (tuning) runs, and their siblings."""
+                    knobs: Sequence[str] = TUNE_KNOBS, log: Any = print,
+                    ) -> tuple[dict[str, GpuProfile], dict[str, dict[str, float]]]:
+    """Profiles fitted per GPU on the given (tuning) runs, and their siblings; and the fitted
+    knob values per GPU."""
     by_gpu: dict[str, list[MeasuredRun]] = {}
     for run in runs:
         if not run.oom and run.measured_step_time_s:
@@ -98,26 +105,29 @@ def fitted_profiles(runs: Sequence[MeasuredRun], predictor: Predictor,
         stock = group[0].cluster.gpu
         layouts: list[Layout | None] = []
         for run in group:
-            pred = predictor.row(run, stock)
+            try:
+                pred = predictor.row(run, stock)
+            except PlannerError:  # the search cannot express the row's layout (see docs)
+                pred = None
             layouts.append(None if pred is None else pred["layout"])
         t0 = time.perf_counter()
-        fit = calibrate(stock, group, layouts=layouts, cross_validate=False)
+        names = list(knobs)[: max(1, len(group) // RUNS_PER_KNOB)]
+        fit = calibrate(stock, group, layouts=layouts, names=names, cross_validate=False)
         log(f"fitted {name} on {len(fit.runs)} runs in {time.perf_counter() - t0:.1f}s: "
             + ", ".join(f"{k}={fit.values[k]:.4g}" for k in fit.fitted)
             + f"; in-sample median error {np.median(np.abs(fit.err_before)):.1%} -> "
             f"{np.median(np.abs(fit.err_after)):.1%}")
         out[name] = fit.profile
-        values_of[name] = fit.values
+        values_of[name] = {k: fit.values[k] for k in fit.fitted}
     gpus = builtin_gpus()
     for big, small in SIBLINGS:
         fitted_name = next((n for n in values_of if n.startswith(big)), None)
         sibling = next((g for n, g in gpus.items() if n.startswith(small)), None)
         if fitted_name and sibling is not None and sibling.name not in out:
             # the chip's efficiencies carry over; latencies and HBM belong to the part/node
-            out[sibling.name] = apply_values(sibling, {
-                k: v for k, v in values_of[fitted_name].items()
-                if k not in ("intra_latency_us", "inter_latency_us", "hbm_efficiency")})
-    return out
+            out[sibling.name] = apply_values(sibling, values_of[fitted_name])
+            log(f"{sibling.name}: efficiencies of the {fitted_name} fit")
+    return out, values_of
 
 
 def predict_all(runs: Sequence[MeasuredRun], profiles: dict[str, GpuProfile],
@@ -129,7 +139,9 @@ def predict_all(runs: Sequence[MeasuredRun], profiles: dict[str, GpuProfile],
         try:
             pred = predictor.row(run, gpu)
         except PlannerError as exc:
-            rows.append({"run": run.run_id, "source": run.source_id, "error": str(exc)})
+            rows.append({"run": run.run_id, "source": run.source_id, "gpu": run.cluster.gpu.name,
+                         "oom": run.oom, "measured_s": run.measured_step_time_s, "fits": False,
+                         "predicted_s": np.nan, "error": str(exc)})
             continue
         row: dict[str, Any] = {"run": run.run_id, "source": run.source_id,
                                "gpu": run.cluster.gpu.name, "oom": run.oom,
@@ -143,6 +155,9 @@ def predict_all(runs: Sequence[MeasuredRun], profiles: dict[str, GpuProfile],
                 row[col] = float(pred.get(col, 0.0))
         rows.append(row)
     frame = pd.DataFrame(rows)
+    frame["oom"] = frame["oom"].astype(bool)
+    frame["fits"] = frame["fits"].astype(bool)
+    frame["measured_s"] = frame["measured_s"].astype(float)
     frame["rel_error"] = frame["predicted_s"] / frame["measured_s"] - 1
     return frame
 
@@ -200,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv", type=Path, default=PUBLISHED_RUNS_CSV)
     parser.add_argument("--tune", default=",".join(TUNE_SOURCES),
                         help="comma-separated source_ids to fit on, or 'none'")
+    parser.add_argument("--knobs", default=",".join(TUNE_KNOBS),
+                        help="comma-separated profile parameters to fit (planner.calibrate names)")
     parser.add_argument("--markdown", type=Path, help="also write the tables here")
     parser.add_argument("--rows", type=Path, help="write every row's prediction as CSV")
     ns = parser.parse_args(argv)
@@ -220,13 +237,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"stock predictions done ({time.perf_counter() - t0:.0f}s, {predictor.solves} searches)",
           flush=True)
     profiles = dict(stock)
+    md: list[str] = []
     if tuned:
-        profiles.update(fitted_profiles([r for r in runs if r.source_id in tuned], predictor))
+        knobs = [k.strip() for k in ns.knobs.split(",") if k.strip()]
+        fitted, values = fitted_profiles([r for r in runs if r.source_id in tuned], predictor,
+                                         knobs)
+        profiles.update(fitted)
+        md += ["### fitted values", ""] + [
+            f"- {gpu}: " + ", ".join(f"{k} = {v:.4g}" for k, v in vals.items())
+            for gpu, vals in values.items()] + [""]
     after = predict_all(runs, profiles, predictor) if tuned else before
     tables = {"stock profiles": source_table(before, tuned),
               f"fitted on {', '.join(tuned)}": source_table(after, tuned)} if tuned else \
         {"stock profiles": source_table(before, tuned)}
-    md = []
     for title, table in tables.items():
         print(f"\n== {title} ==")
         print(_fmt(table).to_string(index=False))
