@@ -137,6 +137,8 @@ def prepare(model: ModelSpec, layout: Layout, job: JobSpec, *, out: Path, steps:
     run_dir = out.parent / ".planner-validate" / run_id
     base = {
         "model": model.name, "layout": str(layout), "run_id": run_id,
+        # the spec as it ran (scaled down) and the precision: `planner calibrate` re-predicts it
+        "model_spec": model.model_dump(mode="json"), "precision": job.precision,
         "profile": profile_ref if profile is not None else None,
         "profile_name": profile.name if profile is not None else None,
         "steps": steps, "warmup": warmup, "seed": seed, "nnodes": nnodes,
