@@ -165,7 +165,11 @@ def estimate_batch(
     ar = comm.all_reduce_time(tp_group, act_bytes)
     agrs = comm.all_gather_time(tp_group, act_bytes) + comm.reduce_scatter_time(tp_group, act_bytes)
     tp_one = np.where(sp, agrs, ar)
-    tp_per_layer = tp_one * (4 + 2 * (rc == 2))
+    # SP stores the norm outputs sharded, so backward all-gathers them again before the QKV and
+    # MLP weight gradients (Korthikanti 2022 sec. 4.2.2; Calculon's seq_par_ag_redo); full
+    # recompute already re-runs those all-gathers in its forward.
+    ag_redo = np.where(sp & (rc != 2), 2 * comm.all_gather_time(tp_group, act_bytes), 0.0)
+    tp_per_layer = tp_one * (4 + 2 * (rc == 2)) + ag_redo
     tp_mb = layers * tp_per_layer[col] + (st["emb"] + st["head"]) * tp_one[col]
 
     # CP: ring exchange of K and V blocks, (cp-1) sends in forward, K,V and dK,dV in backward,
