@@ -155,7 +155,8 @@ def print_estimate(plan: Plan, console: Console) -> None:
         else ""
     )
     t.add_row("[bold]step time[/]", f"[bold]{e.step_time_s:.4f}[/]", f"100%{band}")
-    m = Table(title="memory of the most loaded GPU (GiB)", show_header=True)
+    m = Table(title=f"memory of the most loaded GPU (GiB): pipeline stage {e.peak_stage}, "
+              f"{e.in_flight:g} micro-batches of activations in flight", show_header=True)
     m.add_column("term")
     m.add_column("GiB", justify="right")
     for col in MEM_COLUMNS:
