@@ -155,8 +155,7 @@ def print_estimate(plan: Plan, console: Console) -> None:
         else ""
     )
     t.add_row("[bold]step time[/]", f"[bold]{e.step_time_s:.4f}[/]", f"100%{band}")
-    m = Table(title=f"memory of the most loaded GPU (GiB): pipeline stage {e.peak_stage}, "
-              f"{e.in_flight:g} micro-batches of activations in flight", show_header=True)
+    m = Table(title="memory of the most loaded GPU (GiB)", show_header=True)
     m.add_column("term")
     m.add_column("GiB", justify="right")
     for col in MEM_COLUMNS:
@@ -166,6 +165,8 @@ def print_estimate(plan: Plan, console: Console) -> None:
     m.add_row("usable capacity", f"{e.mem_capacity_gb:.2f}  {status}")
     console.print(t)
     console.print(m)
+    console.print(f"most loaded GPU: pipeline stage {e.peak_stage}, holding activations of "
+                  f"{e.in_flight:g} micro-batches")
     console.print(
         f"throughput {e.tokens_per_s:,.0f} tokens/s ({e.tokens_per_s_per_gpu:,.0f} per GPU), "
         f"model {e.model_tflops_per_gpu:.1f} TFLOP/s/GPU (MFU {e.mfu:.1%}), "
