@@ -7,8 +7,8 @@ passed through):
 1. StructureModel: the parallel degrees and the batch split as integer variables with their
    domains (problem.knob_domains) and the structural constraints: tp*pp*dp*cp = GPUs
    (int_prod, CP-SAT's AddMultiplicationEquality), mbs*grad_accum*dp = global batch, ep divides
-   dp*cp (int_mod), interleaving only with pp > 1, layers divisible by pp*vpp and grad_accum
-   divisible by pp (Megatron's interleaved schedule). All its
+   dp*cp (int_mod), interleaving only with pp > 1, pp*vpp dividing the layers (or the layers + 2)
+   and pp dividing grad_accum (Megatron's interleaved schedule). All its
    solutions are enumerated: they are the structures of the space, which the cost model then
    evaluates in one vectorized call.
 
@@ -212,7 +212,7 @@ class StructureModel:
         self.model.modulo(zero, dp_cp, self.var["ep"])
 
     def _add_interleaving(self) -> None:
-        # vpp > 1 only with pp > 1 and layers divisible by pp*vpp
+        # vpp > 1 only with pp > 1, pp*vpp dividing layers (or layers + 2), pp dividing grad_accum
         if max(self.domains.vpp) <= 1:
             return
         layers, top = (
@@ -230,8 +230,16 @@ class StructureModel:
         divisor = self.model.new_var(range(1, top + 1), "chunks_if_interleaved")
         self.model.linear([(divisor, 1), (chunks, -1)], 0, 0, enforce=[on])
         self.model.linear([(divisor, 1)], 1, 1, enforce=[off])
-        zero = self.model.new_var([0], "zero_remainder_layers")
-        self.model.modulo(zero, None, divisor, constant_numerator=layers)
+        # the chunks split the layers evenly, or the layers + 2 when the embedding and the loss
+        # each take a chunk's slot (Megatron's account_for_embedding/loss_in_pipeline_split)
+        slots_ok = []
+        for extra in (0, 2):
+            remainder = self.model.new_var(range(0, top), f"layers_plus_{extra}_mod_chunks")
+            self.model.modulo(remainder, None, divisor, constant_numerator=layers + extra)
+            ok = self.model.new_var([0, 1], f"chunks_divide_layers_plus_{extra}")
+            self.model.linear([(remainder, 1)], 0, 0, enforce=[ok])
+            slots_ok.append(ok)
+        self.model.linear([(ok, 1) for ok in slots_ok], 1, 2)
         # Megatron's interleaved schedule needs the micro-batches to divide into pp groups
         # (schedules.py: "number of microbatches is not divisible by pipeline-parallel size")
         remainder = self.model.new_var(range(0, layers), "grad_accum_mod_pp")

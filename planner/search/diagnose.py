@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +81,16 @@ def _pinned_layout(space: Space, pins: Mapping[str, Any]) -> Layout:
     return Layout(**values)
 
 
+def _about_pins(violation: str, pins: Mapping[str, Any]) -> bool:
+    """Does a layout_violations line speak about the pinned knobs (not about the defaults that
+    _pinned_layout filled in)? The product and batch lines only when their knobs are all pinned."""
+    if violation.startswith("tp*pp*dp*cp"):
+        return {"tp", "pp", "dp"} <= set(pins)
+    if violation.startswith("global batch"):
+        return {"mbs", "dp"} <= set(pins)
+    return any(re.search(rf"\b{knob}\b", violation) for knob in pins)
+
+
 def no_valid_layout(space: Space, pins: Mapping[str, Any]) -> PlannerError:
     """The error for pins that no structurally valid layout honours."""
     model, cluster = space.model, space.cluster
@@ -101,9 +112,10 @@ def no_valid_layout(space: Space, pins: Mapping[str, Any]) -> PlannerError:
     try:
         from planner.costmodel import layout_violations
 
-        lines += layout_violations(model, cluster, space.job, _pinned_layout(space, pins))
+        violations = layout_violations(model, cluster, space.job, _pinned_layout(space, pins))
     except (PlannerError, TypeError, ValueError):  # pins too partial to form a layout
-        pass
+        violations = []
+    lines += [v for v in violations if _about_pins(v, pins)]
     if not lines:
         lines.append("each pin is possible alone, but not together with the others")
     return LayoutError(f"no valid layout of {where} has {_pins_text(pins)}: " + "; ".join(lines))

@@ -41,7 +41,9 @@ def enumerate_structures(
                     if (dp * cp) % ep:
                         continue
                     for vpp in d.vpp:
-                        if vpp > 1 and (pp == 1 or layers % (pp * vpp)):
+                        if vpp > 1 and (
+                            pp == 1 or (layers % (pp * vpp) and (layers + 2) % (pp * vpp))
+                        ):
                             continue
                         for mbs in d.mbs:
                             if batch % (mbs * dp):

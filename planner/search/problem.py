@@ -10,8 +10,10 @@ The space (rules shared by the CP-SAT search and the exhaustive oracle; see docs
 - pp: 1..layers (uneven stages allowed: the cost model gives stages floor/ceil layers).
 - dp: divides the global batch; tp * pp * dp * cp = GPUs.
 - ep: 1 for dense models; MoE: divisors of num_experts that divide dp * cp.
-- vpp: 1, or 2..VPP_CAP when pp > 1, the layers split evenly into pp * vpp chunks and the
-  micro-batches per step (grad_accum) divide by pp (Megatron's interleaved 1F1B requires it).
+- vpp: 1, or 2..VPP_CAP when pp > 1, the layers split evenly into pp * vpp chunks (or the
+  layers + 2: Megatron's account_for_embedding/loss_in_pipeline_split, how Llama 3 405B put 126
+  layers on 16 x 8 chunks), and the micro-batches per step (grad_accum) divide by pp (Megatron's
+  interleaved 1F1B requires it).
 - mbs: 1..MBS_CAP with mbs * grad_accum * dp = global batch.
 - zero: 0..3 (1..3 only with dp * cp > 1: nothing to shard over otherwise).
 - recompute: none, selective, full.  sp: only with tp > 1 (off and on).

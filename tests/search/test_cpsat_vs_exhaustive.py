@@ -90,17 +90,18 @@ def test_space_counts_by_hand() -> None:
     """8 GPUs (one node), 8 heads / 8 kv heads, 4 layers, seq 2048, global batch 8, dense.
     (tp, pp, dp) with tp*pp*dp = 8, tp in {1, 2, 4, 8}, pp <= 4, dp | 8:
     tp=1: pp 1,2,4 -> dp 8,4,2;  tp=2: pp 1,2,4 -> dp 4,2,1;  tp=4: pp 1,2 -> dp 2,1;  tp=8: pp 1
-    = 9 degree sets. mbs divides 8/dp; vpp > 1 needs 4 % (pp*vpp) == 0 (only pp=2, vpp=2) and
-    grad_accum = 8/(dp*mbs) even. Inner knobs: zero 4 (1 when dp = 1) x recompute 3 x sp 2
-    (1 when tp = 1). Per degree set, (mbs choices + interleaved ones) x inner:
-    (1,1,8) 1x12; (1,2,4) (2+1)x12; (1,4,2) 3x12; (2,1,4) 2x24; (2,2,2) (3+2)x24; (2,4,1) 4x6;
-    (4,1,2) 3x24; (4,2,1) (4+3)x6; (8,1,1) 4x6 = 12+36+36+48+120+24+72+42+24 = 414."""
+    = 9 degree sets. mbs divides 8/dp; vpp > 1 needs pp*vpp to divide 4 or 4 + 2 (only pp=2 with
+    vpp 2 or 3) and grad_accum = 8/(dp*mbs) even. Inner knobs: zero 4 (1 when dp = 1) x
+    recompute 3 x sp 2 (1 when tp = 1). Per degree set, (mbs choices + 2 x interleaved ones) x
+    inner: (1,1,8) 1x12; (1,2,4) (2+2x1)x12; (1,4,2) 3x12; (2,1,4) 2x24; (2,2,2) (3+2x2)x24;
+    (2,4,1) 4x6; (4,1,2) 3x24; (4,2,1) (4+2x3)x6; (8,1,1) 4x6
+    = 12+48+36+48+168+24+72+60+24 = 492."""
     model = make_model(layers=4, heads=8, kv=8)
     cluster, job = make_cluster(8), make_job(2048, 8)
     space = build_space(model, cluster, job, {}, batch_cost=standin_batch)
-    assert len(space) == 414
+    assert len(space) == 492
     interleaved = space.knobs["vpp"] > 1
-    assert interleaved.sum() == (1 * 12 + 2 * 24 + 3 * 6)
+    assert interleaved.sum() == 2 * (1 * 12 + 2 * 24 + 3 * 6)
     grad_accum = 8 // (space.knobs["dp"] * space.knobs["mbs"])
     assert (grad_accum[interleaved] % space.knobs["pp"][interleaved] == 0).all()
 
