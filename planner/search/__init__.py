@@ -28,7 +28,23 @@ if TYPE_CHECKING:
     from planner.plan import Plan
     from planner.search.cpsat import SolverConfig
 
-__all__ = ["SearchResult", "build_space", "search", "solve"]
+__all__ = ["SearchResult", "build_space", "enumerate_layouts", "search", "solve"]
+
+
+def enumerate_layouts(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    pins: Mapping[str, Any] | None = None,
+    config: SolverConfig | None = None,
+) -> dict[str, Any]:
+    """Knob columns of the space: CP-SAT enumerates the structures, the inner knobs are added."""
+    from planner.search.cpsat import StructureModel
+
+    pins = normalize_pins(pins)
+    domains = knob_domains(model, cluster, job, pins)
+    structures = StructureModel(model, cluster, job, domains, config).enumerate()
+    return expand_structures(structures, pins)
 
 
 def build_space(
@@ -39,13 +55,9 @@ def build_space(
     config: SolverConfig | None = None,
     batch_cost: BatchCost | None = None,
 ) -> Space:
-    """Enumerate the structures with CP-SAT, add the inner knobs, evaluate with the cost model."""
-    from planner.search.cpsat import StructureModel
-
-    pins = normalize_pins(pins)
-    domains = knob_domains(model, cluster, job, pins)
-    structures = StructureModel(model, cluster, job, domains, config).enumerate()
-    return evaluate(model, cluster, job, expand_structures(structures, pins), batch_cost)
+    """The space of layouts evaluated by the cost model (estimate_batch by default)."""
+    knobs = enumerate_layouts(model, cluster, job, pins, config)
+    return evaluate(model, cluster, job, knobs, batch_cost)
 
 
 @dataclass
@@ -79,7 +91,7 @@ def search(
 ) -> SearchResult:
     """Space + CP-SAT top-K selection; raises InfeasibleError / LayoutError (diagnosed) when no
     layout honours the pins and fits."""
-    from planner.search.cpsat import SelectionModel, StructureModel
+    from planner.search.cpsat import SelectionModel
 
     if top_k < 1:
         from planner.errors import SpecError
@@ -87,9 +99,7 @@ def search(
         raise SpecError(f"--top must be at least 1, got {top_k}")
     pins = normalize_pins(pins)
     t0 = time.perf_counter()
-    domains = knob_domains(model, cluster, job, pins)
-    structures = StructureModel(model, cluster, job, domains, config).enumerate()
-    knobs = expand_structures(structures, pins)
+    knobs = enumerate_layouts(model, cluster, job, pins, config)
     t1 = time.perf_counter()
     space = evaluate(model, cluster, job, knobs, batch_cost)
     t2 = time.perf_counter()

@@ -197,3 +197,26 @@ def test_binding_pin_is_named() -> None:
     lines = info.value.diagnosis
     assert any(line.startswith("the pins bind: without them the best plan is tp") for line in lines)
     assert any(line.startswith("dropping --tp 1 alone gives") for line in lines)
+
+
+def test_space_holds_llama3_405b_published_layout() -> None:
+    """Llama 3 paper, Table 4: 16,384 H100, TP 8, CP 1, PP 16, DP 128, seq 8192, 16 sequences
+    per DP rank (mbs 1), interleaved. 126 layers + embedding + loss = 128 = 16 x 8 chunks, and
+    16 micro-batches divide by pp 16: vpp 8 is in the space; every interleaved layout obeys
+    (pp*vpp) | L or L+2 and pp | grad_accum."""
+    from planner.registry import load_model, parse_cluster
+    from planner.search import enumerate_layouts
+
+    model, cluster, job = (
+        load_model("llama3-405b"),
+        parse_cluster("16384xH100"),
+        make_job(8192, 2048),
+    )
+    k = enumerate_layouts(model, cluster, job)
+    meta = (k["tp"] == 8) & (k["pp"] == 16) & (k["dp"] == 128) & (k["cp"] == 1) & (k["mbs"] == 1)
+    assert set(k["vpp"][meta].tolist()) == {1, 2, 4, 8}  # 16*v | 128 (16*v never divides 126)
+    chunks = k["pp"] * k["vpp"]
+    inter = k["vpp"] > 1
+    assert ((126 % chunks[inter] == 0) | (128 % chunks[inter] == 0)).all()
+    grad_accum = 2048 // (k["dp"] * k["mbs"])
+    assert (grad_accum[inter] % k["pp"][inter] == 0).all()
