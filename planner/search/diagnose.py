@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -149,15 +150,14 @@ def _fits_somewhere(
     config: SolverConfig | None,
     batch_cost: BatchCost | None,
 ) -> bool:
-    """Does any memory-lean layout (ZeRO-3 where possible, full recompute, sp, mbs 1) fit?"""
+    """Does any memory-lean layout (ZeRO-3 where possible, full recompute, sp, mbs 1, no
+    interleaving) fit?"""
     from planner.search.cpsat import StructureModel
 
     model, job = space_like.model, space_like.job
     lean = {"mbs": 1, "recompute": "full"}
-    structures = StructureModel(
-        model, cluster, job, knob_domains(model, cluster, job, lean), config
-    ).enumerate()
-    structures = [s for s in structures if s[6] == 1]
+    domains = replace(knob_domains(model, cluster, job, lean), mbs=[1], vpp=[1])
+    structures = StructureModel(model, cluster, job, domains, config).enumerate()
     if not structures:
         return False
     knobs = expand_structures(structures, lean)
