@@ -237,7 +237,9 @@ class StructureModel:
             remainder = self.model.new_var(range(0, top), f"layers_plus_{extra}_mod_chunks")
             self.model.modulo(remainder, None, divisor, constant_numerator=layers + extra)
             ok = self.model.new_var([0, 1], f"chunks_divide_layers_plus_{extra}")
+            # ok <=> remainder == 0 (both ways, so each structure is enumerated once)
             self.model.linear([(remainder, 1)], 0, 0, enforce=[ok])
+            self.model.linear([(remainder, 1)], 1, top, enforce=[-ok - 1])
             slots_ok.append(ok)
         self.model.linear([(ok, 1) for ok in slots_ok], 1, 2)
         # Megatron's interleaved schedule needs the micro-batches to divide into pp groups
@@ -268,7 +270,7 @@ class StructureModel:
             linearization_level=0,
             search_branching=cmh.SatParameters.FIXED_SEARCH,
         )
-        if response.status not in (OPTIMAL, FEASIBLE, INFEASIBLE):
+        if response.status not in (OPTIMAL, INFEASIBLE):  # FEASIBLE = stopped part way
             raise RuntimeError(f"CP-SAT did not finish enumerating the layouts: {response.status}")
         return sorted(set(collector.rows))
 
