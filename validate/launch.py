@@ -155,20 +155,30 @@ def prepare(model: ModelSpec, layout: Layout, job: JobSpec, *, out: Path, steps:
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / "config.json"
     config_path.write_text(config.model_dump_json(indent=1))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
-           "--nproc-per-node", str(per_node), "--max-restarts", "0"]
-    if rdzv_endpoint:
-        cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint, "--rdzv-id", run_id]
-    elif nnodes == 1:
-        cmd += ["--standalone"]
-    else:
-        raise SpecError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the first node)")
+    cmd = torchrun_prefix(per_node, nnodes, rdzv_endpoint, run_id)
     cmd += ["-m", "planner.validate.worker", "--config", str(config_path.resolve())]
-    env = {}
-    if backend == "gloo":  # share the cores between the ranks of this node
-        n = threads or max(1, (os.cpu_count() or 1) // per_node)
-        env = {"OMP_NUM_THREADS": str(n), "PLANNER_THREADS": str(n)}
+    env = cpu_thread_env(per_node, threads) if backend == "gloo" else {}
     return Launch(config, config_path, cmd, per_node, nnodes, backend, env)
+
+
+def cpu_thread_env(per_node: int, threads: int | None = None) -> dict[str, str]:
+    """Environment that shares the node's cores between its ranks (CPU runs): cores / ranks
+    threads each unless `threads` is given (read by the workers as PLANNER_THREADS)."""
+    n = threads or max(1, (os.cpu_count() or 1) // per_node)
+    return {"OMP_NUM_THREADS": str(n), "PLANNER_THREADS": str(n)}
+
+
+def torchrun_prefix(nproc_per_node: int, nnodes: int, rdzv_endpoint: str | None,
+                    rdzv_id: str) -> list[str]:
+    """`python -m torch.distributed.run` with the process count and the rendezvous."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+           "--nproc-per-node", str(nproc_per_node), "--max-restarts", "0"]
+    if rdzv_endpoint:
+        return cmd + ["--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint,
+                      "--rdzv-id", rdzv_id]
+    if nnodes > 1:
+        raise SpecError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the first node)")
+    return cmd + ["--standalone"]
 
 
 def _kill_group(pgid: int) -> None:
@@ -221,27 +231,32 @@ def _failure_reason(launch: Launch, rc: int | None, timeout_s: float | None, log
     return f"torchrun exited with code {rc}; see {log}"
 
 
+def run_torchrun(command: list[str], env: dict[str, str], log: Path, timeout_s: float
+                 ) -> tuple[int | None, bool]:
+    """Run a torchrun command in its own process group with its output in `log`; returns
+    (exit code or None, timed out). The whole group is gone when this returns."""
+    timed_out = False
+    with open(log, "w") as log_file:
+        proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
+                                env={**os.environ, **env}, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out, rc = True, None
+        finally:  # also on Ctrl-C: leave nothing behind
+            _kill_group(proc.pid)
+            proc.wait()
+    return rc, timed_out
+
+
 def execute(launch: Launch, timeout_s: float = 600.0) -> dict[str, Any]:
     """Run the prepared torchrun command and return the run's record (appending a failure record
     when the workers did not write one). Nothing of the process group survives this call; the run
     folder (config, torchrun log, per-rank errors) is removed after a good run."""
     cfg = launch.config
     log = Path(cfg.run_dir) / "torchrun.log"
-    env = {**os.environ, **launch.env, LAUNCHED_ENV: "1"}
-    timed_out = False
-    with open(log, "w") as log_file:
-        proc = subprocess.Popen(launch.command, stdout=log_file, stderr=subprocess.STDOUT,
-                                env=env, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out, rc = True, None
-        except BaseException:  # Ctrl-C: leave nothing behind
-            _kill_group(proc.pid)
-            raise
-        finally:
-            _kill_group(proc.pid)
-            proc.wait()
+    rc, timed_out = run_torchrun(launch.command, {**launch.env, LAUNCHED_ENV: "1"}, log,
+                                 timeout_s)
     record = _find_record(cfg.out, cfg.run_id)
     if record is not None and record.get("ok"):  # the run folder is kept only after a failure
         shutil.rmtree(cfg.run_dir, ignore_errors=True)

@@ -1,12 +1,84 @@
-"""`planner profile` (placeholder until its issue lands)."""
+"""`planner profile`: measure this machine under torchrun and write a GPU profile.
+
+    planner profile --out my-cluster.yaml                 # all local GPUs, or 2 CPU processes
+    planner profile --out cpu.yaml --nproc 4 --quick
+    planner profile --out h100.yaml --nnodes 2 --rdzv-endpoint node0:29500   # on every node
+
+GEMM sweeps over sizes and dtypes, fused attention, copy bandwidth, and all-reduce, all-gather,
+reduce-scatter and send/recv sweeps over message sizes (inside a node, and across nodes when
+there are several). The profile has the built-in profiles' schema, every value with its source,
+and is usable by solve, estimate and validate through --profile.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from planner.cli.app import app
-from planner.errors import PlannerError
 
 
-@app.command("profile", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def profile_cmd(ctx: typer.Context) -> None:
-    """Not implemented yet."""
-    raise PlannerError("'planner profile' is not implemented yet")
+@app.command("profile")
+def profile_cmd(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Profile YAML to write.")],
+    nproc: Annotated[int | None, typer.Option(
+        "--nproc", min=2, help="Processes per node (default: the GPUs, or 2 on CPUs).")] = None,
+    nnodes: Annotated[int, typer.Option("--nnodes", min=1, help="Nodes to measure.")] = 1,
+    rdzv_endpoint: Annotated[str | None, typer.Option(
+        "--rdzv-endpoint", help="HOST:PORT of the rendezvous (needed with --nnodes > 1).")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Profile name (default: the "
+                                             "file's stem).")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Fewer sizes, shorter timings.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Give up after this many "
+                                           "seconds.")] = 900.0,
+) -> None:
+    """Measure GEMM, attention, memory and collective performance and write a GPU profile."""
+    import json
+    import tempfile
+    import uuid
+
+    import torch
+    from rich.console import Console
+
+    from planner.errors import PlannerError
+    from planner.validate.launch import (
+        cpu_thread_env,
+        local_profile,
+        run_torchrun,
+        torchrun_prefix,
+    )
+    from planner.validate.profile import build_profile, write_profile
+
+    cuda = torch.cuda.is_available()
+    per_node = nproc or (torch.cuda.device_count() if cuda else 2)
+    if per_node < 2:
+        raise PlannerError("profiling needs at least 2 processes per node (--nproc 2)")
+    console = Console(stderr=True, soft_wrap=True)
+    with tempfile.TemporaryDirectory(prefix="planner-profile-") as tmp:
+        raw_path = Path(tmp) / "raw.json"
+        cmd = torchrun_prefix(per_node, nnodes, rdzv_endpoint, uuid.uuid4().hex[:12])
+        cmd += ["-m", "planner.validate.bench", "--out", str(raw_path)]
+        if quick:
+            cmd.append("--quick")
+        env = {} if cuda else cpu_thread_env(per_node)
+        console.print("torchrun command:", highlight=False)
+        typer.echo(" ".join([*(f"{k}={v}" for k, v in env.items()), *cmd]))
+        log = Path(tmp) / "torchrun.log"
+        rc, timed_out = run_torchrun(cmd, env, log, timeout)
+        if timed_out or rc != 0 or not raw_path.is_file():
+            tail = log.read_text(errors="replace").strip().splitlines()[-15:]
+            for line in tail:
+                console.print(line, highlight=False, markup=False)
+            why = f"timed out after {timeout:g} s" if timed_out else f"torchrun exit code {rc}"
+            raise PlannerError(f"profiling failed ({why}); {out} not written")
+        raw = json.loads(raw_path.read_text())
+    spec = local_profile() if cuda else None
+    profile = build_profile(raw, name or out.stem, spec)
+    write_profile(profile, out)
+    console.print(
+        f"wrote {out}: peak {profile.peak_bf16_tflops * 1e3:.1f} GFLOP/s per process, "
+        f"all-reduce busbw up to {profile.intra_node.link_gb_per_s:.3g} GB/s, "
+        f"copy {profile.hbm_tb_per_s * 1e3:.1f} GB/s, {profile.memory_gib:.1f} GiB per process",
+        highlight=False)
