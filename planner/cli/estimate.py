@@ -64,7 +64,11 @@ def estimate_cmd(
     csv: CsvOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Predict step time, throughput, MFU and the memory of the most loaded GPU for one layout."""
+    """Predict step time, throughput, MFU and the memory of the most loaded GPU for one layout.
+
+    Knobs not given: dp = GPUs / (tp * pp * cp), cp = ep = vpp = mbs = 1, zero 1 (distributed
+    optimizer), recompute selective, sp on when tp > 1. A layout that does not fit is still
+    estimated and says what overflows."""
     from planner.costmodel import estimate
     from planner.layout import Layout
     from planner.plan import Plan
