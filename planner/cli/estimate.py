@@ -43,7 +43,15 @@ DEFAULT_ZERO = 1  # Megatron's distributed optimizer: the common large-model def
 DEFAULT_RECOMPUTE = "selective"  # Korthikanti 2022: selective + SP is Megatron's recommended mode
 
 
-@app.command("estimate")
+ESTIMATE_HELP = (
+    "Predict step time, throughput, MFU and the memory of the most loaded GPU for one layout.\n\n"
+    "Knobs not given: dp = GPUs / (tp * pp * cp), cp = ep = vpp = mbs = 1, zero 1 (distributed "
+    "optimizer), recompute selective, sp on when tp > 1. A layout that does not fit is still "
+    "estimated and says what overflows."
+)
+
+
+@app.command("estimate", help=ESTIMATE_HELP)
 def estimate_cmd(
     model: ModelOpt,
     cluster: ClusterOpt,
@@ -64,11 +72,7 @@ def estimate_cmd(
     csv: CsvOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Predict step time, throughput, MFU and the memory of the most loaded GPU for one layout.
-
-    Knobs not given: dp = GPUs / (tp * pp * cp), cp = ep = vpp = mbs = 1, zero 1 (distributed
-    optimizer), recompute selective, sp on when tp > 1. A layout that does not fit is still
-    estimated and says what overflows."""
+    """Predict one layout (help text: ESTIMATE_HELP)."""
     from planner.costmodel import estimate
     from planner.layout import Layout
     from planner.plan import Plan
