@@ -131,7 +131,12 @@ def main() -> None:
         print(row, flush=True)
         rows.append(row)
         if (model, cluster) == GOAL:
-            verdict = "met" if min(wall, cpu) < 1.0 else "NOT met"
+            if wall < 1.0:
+                verdict = "met"
+            elif cpu < 1.0:
+                verdict = "met in CPU time only, not in wall time on this loaded machine"
+            else:
+                verdict = "NOT met"
             goal = (
                 f"Goal, under 1 s end to end for {model} on {cluster} with every knob searched: "
                 f"{verdict} here ({wall:.2f} s wall, {cpu:.2f} s CPU; the search itself "
