@@ -97,8 +97,23 @@ reduce_scatter_time = all_gather_time  # same volume and steps per rank (ring)
 
 
 def all_to_all_time(group: Group, nbytes, calls=1):  # noqa: ANN001, ANN201
-    """Seconds for `calls` all-to-alls where each rank sends `nbytes` in all."""
-    return all_gather_time(group, nbytes, calls)
+    """Seconds for `calls` all-to-alls where each rank sends `nbytes` in all, 1/n to each peer.
+
+    Inside one domain: S (n-1)/n over the intra-node busbw. Across domains nothing aggregates
+    (unlike a reduction), so the S (n-g)/n bound for other domains leaves through the rank's own
+    NICs while S (g-1)/n moves on NVLink at the same time: the slower of the two."""
+    gpu = group.cluster.gpu
+    n = np.maximum(group.size, 1.0)
+    intra = gpu.intra_node.busbw_bytes_per_s(nbytes)
+    local = nbytes * (group.per_domain - 1) / n / intra
+    if group.crosses.any():
+        nic = gpu.inter_node.busbw_bytes_per_s(nbytes) * gpu.nics_per_gpu
+        remote = nbytes * (n - group.per_domain) / n / nic
+        t = np.where(group.crosses, np.maximum(local, remote), local)
+    else:
+        t = local
+    t = t + group.latency(1)
+    return np.where(group.size > 1, t * calls, 0.0)
 
 
 def plateau_bytes_per_s(link: LinkProfile) -> float:

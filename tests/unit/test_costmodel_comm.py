@@ -74,3 +74,12 @@ def test_p2p_is_alpha_beta_on_the_plateau():
     t_out = comm.p2p_time(cluster(gpu, 16), 64e6, np.array([True]))[0]
     assert t_in == pytest.approx(64e6 / 231.6e9 + (8.4 + 3.4) * 1e-6)
     assert t_out == pytest.approx(64e6 / 24.0e9 + (8.4 + 14.0) * 1e-6)
+
+
+def test_all_to_all_across_nodes_is_bound_by_each_ranks_nic():
+    gpu = flat_gpu(intra_gb=100, inter_gb=10)
+    inside = comm.Group(cluster(gpu, 64), np.array([8]), np.array([1]))
+    assert comm.all_to_all_time(inside, 8e6)[0] == pytest.approx(8e6 * 7 / 8 / 100e9, rel=1e-6)
+    # 16 ranks on two nodes: half of each rank's data crosses its own 10 GB/s NIC
+    across = comm.Group(cluster(gpu, 64), np.array([16]), np.array([1]))
+    assert comm.all_to_all_time(across, 8e6)[0] == pytest.approx(8e6 * 8 / 16 / 10e9, rel=1e-6)
