@@ -87,45 +87,37 @@ def layout_label(plan: Plan) -> str:
 
 
 def print_plans_table(plans: Sequence[Plan], console: Console, title: str | None = None) -> None:
-    """A rich table of the main columns, one row per plan."""
+    """A rich table of the main columns, one row per plan. Cells are never cropped: when the
+    console is narrower than the table (a pipe is 80 columns), the table is printed wider."""
+    from rich.console import Console as RichConsole
     from rich.table import Table
 
-    table = Table(title=title, show_lines=False)
-    for name, justify in [
-        ("#", "right"),
-        ("layout", "left"),
-        ("step s", "right"),
-        ("tok/s/GPU", "right"),
-        ("MFU", "right"),
-        ("mem GiB", "right"),
-        ("fits", "center"),
-        ("bubble", "right"),
-        ("comm exposed s", "right"),
-    ]:
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    headers = [("#", "right"), ("layout", "left"), ("step s", "right"), ("tok/s/GPU", "right"),
+               ("MFU", "right"), ("mem/usable GiB", "right"), ("fits", "center"),
+               ("bubble", "right"), ("comm s", "right")]
+    rows = []
     for p in plans:
         e = p.estimate
-        comm = (
-            e.time_tp_comm_s
-            + e.time_cp_comm_s
-            + e.time_ep_comm_s
-            + e.time_pp_comm_s
-            + e.time_dp_comm_exposed_s
-        )
+        comm = (e.time_tp_comm_s + e.time_cp_comm_s + e.time_ep_comm_s + e.time_pp_comm_s
+                + e.time_dp_comm_exposed_s)
         band = ""
         if e.step_time_high_s > e.step_time_low_s:
             band = f" ({e.step_time_low_s:.2f}-{e.step_time_high_s:.2f})"
-        table.add_row(
-            str(p.rank) if p.rank else "-",
-            layout_label(p),
-            f"{e.step_time_s:.3f}{band}",
-            f"{e.tokens_per_s_per_gpu:,.0f}",
-            f"{e.mfu:.1%}",
-            f"{e.peak_mem_gb:.1f}/{e.mem_capacity_gb:.1f}",
-            "[green]yes[/]" if e.fits else "[red]no[/]",
-            f"{e.time_pp_bubble_s / e.step_time_s:.1%}" if e.step_time_s else "-",
-            f"{comm:.3f}",
-        )
+        rows.append((
+            str(p.rank) if p.rank else "-", layout_label(p), f"{e.step_time_s:.3f}{band}",
+            f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu:.1%}",
+            f"{e.peak_mem_gb:.1f}/{e.mem_capacity_gb:.1f}", "yes" if e.fits else "no",
+            f"{e.time_pp_bubble_s / e.step_time_s:.1%}" if e.step_time_s else "-", f"{comm:.3f}",
+        ))
+    table = Table(title=title, show_lines=False)
+    for i, (name, justify) in enumerate(headers):
+        width = max([len(name), *(len(r[i]) for r in rows)])
+        table.add_column(name, justify=justify, no_wrap=True, min_width=width)  # type: ignore[arg-type]
+    for r in rows:
+        table.add_row(*r)
+    needed = RichConsole(width=1000).measure(table).minimum
+    if needed > console.width:
+        console = RichConsole(file=console.file, width=needed, no_color=console.no_color)
     console.print(table)
 
 
