@@ -60,10 +60,17 @@ class Group:
         self._ref_ranks = gpu.gpus_per_node  # the intra-node curve's reference ring
         self._intra_lat = gpu.intra_node.latency_us * US
         self._inter_lat = gpu.inter_node.latency_us * US
+        self._latency_cache: dict[int, np.ndarray] = {}
 
     def latency(self, steps_per_rank: int):  # noqa: ANN201
         """Seconds of ring latency beyond what the reference curves already contain, for a
         collective with steps_per_rank x (n-1) ring steps (2 for all-reduce, 1 otherwise)."""
+        cached = self._latency_cache.get(steps_per_rank)
+        if cached is None:
+            cached = self._latency_cache[steps_per_rank] = self._ring_latency(steps_per_rank)
+        return cached
+
+    def _ring_latency(self, steps_per_rank: int):  # noqa: ANN202
         inter = steps_per_rank * (self.domains - 1)
         intra = steps_per_rank * (self.size - 1) - inter
         extra_intra = np.maximum(intra - steps_per_rank * (self._ref_ranks - 1), 0.0)

@@ -117,9 +117,11 @@ def in_flight(
     GPipe: all m micro-batches."""
     if schedule == "gpipe":
         return np.broadcast_to(m, np.broadcast(stage, m).shape).astype(float)
-    plain = np.minimum(pp - stage, m)
+    plain = np.minimum(pp - stage, m).astype(float)
+    if not np.any(vpp > 1):
+        return plain
     chunks = np.minimum(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, m * vpp)
-    return np.where(vpp > 1, chunks / np.maximum(vpp, 1), plain).astype(float)
+    return np.where(vpp > 1, chunks / np.maximum(vpp, 1), plain)
 
 
 def bubble_fraction(pp, vpp, m, schedule: Schedule = "1f1b"):  # noqa: ANN001, ANN201
