@@ -159,7 +159,7 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
         raise SpecError("row lacks the vocabulary size")
     seq = _int(row.get("seq_len")) or 2048
     base = dict(
-        name=f"{row.get('model', 'model')} (row {row.get('row_id', '?')})".strip(),
+        name=str(row.get("model") or "model").strip(),
         num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
         num_key_value_heads=kv, intermediate_size=ffn, vocab_size=vocab, seq_len=seq,
         global_batch=_int(row.get("global_batch")) or 1,
@@ -194,8 +194,9 @@ def is_oom_row(row: dict[str, Any]) -> bool:
 
 
 def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] | None = None,
-                 ) -> MeasuredRun:
-    """One table row -> MeasuredRun; SpecError with the reason when it cannot be predicted."""
+                 models: dict[str, ModelSpec] | None = None) -> MeasuredRun:
+    """One table row -> MeasuredRun; SpecError with the reason when it cannot be predicted.
+    `models` interns equal ModelSpecs across rows (so predictions can be batched per model)."""
     from planner.registry import load_gpu, parse_cluster
 
     resolve_gpu = resolve_gpu or load_gpu
@@ -207,6 +208,8 @@ def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] |
     if precision == "fp8" and gpu.peak_fp8_tflops is None:
         raise SpecError(f"{gpu.name} has no FP8 peak")
     model = model_from_row(row)
+    if models is not None:
+        model = models.setdefault(model.model_dump_json(), model)
     num_gpus = _int(row.get("num_gpus"))
     if not num_gpus:
         raise SpecError("row lacks num_gpus")
@@ -266,13 +269,14 @@ def load_table(path: str | Path = PUBLISHED_RUNS_CSV,
         raise SpecError(f"{path}: not a runs table, missing columns {', '.join(sorted(missing))}")
     frame = frame.astype(object).where(frame.notna(), None)
     runs, skipped = [], []
+    models: dict[str, ModelSpec] = {}
     for i, row in enumerate(frame.to_dict("records")):
         row.setdefault("row_id", i + 1)
         if row.get("row_id") is None:
             row["row_id"] = i + 1
         row.setdefault("cp", 1)
         try:
-            runs.append(run_from_row(row, resolve_gpu))
+            runs.append(run_from_row(row, resolve_gpu, models))
         except PlannerError as exc:
             skipped.append(Skipped(f"{row.get('source_id', 'csv')}:{row['row_id']}",
                                    str(row.get("source_id", "csv")), str(exc)))
@@ -321,10 +325,12 @@ def run_from_record(record: dict[str, Any], gpu: GpuProfile, run_id: str) -> Mea
     world = _int(record.get("world_size")) or math.prod(pins.get(k, 1)
                                                          for k in ("tp", "pp", "dp", "cp"))
     cluster_text = record.get("cluster")
+    nnodes = _int(record.get("nnodes")) or 1
     if isinstance(cluster_text, str) and cluster_text:
         cluster = parse_cluster(cluster_text, profile=gpu)
-    else:
-        cluster = ClusterSpec(gpu=gpu, num_nodes=1, gpus_per_node=world)
+    else:  # validate's launcher: nnodes x nproc_per_node processes
+        per_node = _int(record.get("nproc_per_node")) or max(1, world // nnodes)
+        cluster = ClusterSpec(gpu=gpu, num_nodes=nnodes, gpus_per_node=per_node)
     precision = record.get("precision")
     if precision not in ("bf16", "fp16", "fp8"):
         precision = "bf16"

@@ -28,7 +28,7 @@ from planner.specs import Curve, GpuProfile
 # per unit-box distance (moving a parameter across its whole range costs as much as 2% on one run).
 ROBUST_SCALE = 0.05
 PRIOR_WEIGHT = 0.02
-SENSITIVITY_STEP = 0.05  # unit-box step for the frozen-parameter test
+SENSITIVITY_STEP = 0.25  # unit-box step (a quarter of the range) for the frozen-parameter test
 MIN_SENSITIVITY = 1e-4  # |d log t| below which a parameter does not move any run
 
 
@@ -65,9 +65,18 @@ def knobs_for(profile: GpuProfile) -> list[Knob]:
         Knob("attention_efficiency", 0.05, 1.0, True, "fraction of peak for fused attention"),
         Knob("hbm_efficiency", 0.2, 1.0, True, "achieved fraction of the HBM spec"),
         Knob("intra_bw_scale", 0.02, 2.0, True, "factor on the scale-up busbw curve"),
-        Knob("intra_latency_us", 0.1, 500.0, True, "scale-up per-step latency, us"),
+        Knob("intra_size_log2", -6.0, 12.0, False,
+             "latency of the scale-up tier: its busbw curve's x moves by 2^k bytes (k > 0: "
+             "bigger messages needed for the same bandwidth, a larger fixed cost per call)"),
+        Knob("intra_latency_us", 0.1, 2e4, True, "scale-up per-step latency, us (ms on gloo)"),
+        Knob("intra_base_latency_us", 1.0, 1e5, True,
+             "scale-up fixed cost per collective call, us (large for gloo on CPUs)"),
         Knob("inter_bw_scale", 0.02, 2.0, True, "factor on the scale-out busbw curve"),
-        Knob("inter_latency_us", 0.1, 500.0, True, "scale-out per-step latency, us"),
+        Knob("inter_size_log2", -6.0, 12.0, False,
+             "latency of the scale-out tier: its busbw curve's x moves by 2^k bytes"),
+        Knob("inter_latency_us", 0.1, 2e4, True, "scale-out per-step latency, us"),
+        Knob("inter_base_latency_us", 1.0, 1e5, True,
+             "scale-out fixed cost per collective call, us"),
         Knob("dp_overlap", 0.0, 1.0, False, "fraction of DP communication hidden by backward"),
         Knob("step_overhead_s", 0.0, 30.0, False, "fixed per-step overhead, s"),
     ]
@@ -84,8 +93,11 @@ def stock_values(profile: GpuProfile) -> dict[str, float]:
         "gemm_scale": 1.0, "fp8_gemm_scale": 1.0, "gemm_size_log2": 0.0,
         "attention_efficiency": min(profile.attention_efficiency, 1.0),
         "hbm_efficiency": profile.hbm_efficiency,
-        "intra_bw_scale": 1.0, "intra_latency_us": profile.intra_node.latency_us,
+        "intra_bw_scale": 1.0, "intra_size_log2": 0.0, "inter_size_log2": 0.0,
+        "intra_latency_us": profile.intra_node.latency_us,
         "inter_bw_scale": 1.0, "inter_latency_us": profile.inter_node.latency_us,
+        "intra_base_latency_us": profile.intra_node.base_latency_us,
+        "inter_base_latency_us": profile.inter_node.base_latency_us,
         "dp_overlap": profile.dp_overlap, "step_overhead_s": profile.step_overhead_s,
     }
 
@@ -108,11 +120,15 @@ def apply_values(profile: GpuProfile, values: dict[str, float]) -> GpuProfile:
         "dp_overlap": v["dp_overlap"],
         "step_overhead_s": v["step_overhead_s"],
         "intra_node": profile.intra_node.model_copy(update={
-            "busbw_gb_per_s": _scaled(profile.intra_node.busbw_gb_per_s, v["intra_bw_scale"]),
-            "latency_us": v["intra_latency_us"]}),
+            "busbw_gb_per_s": _scaled(profile.intra_node.busbw_gb_per_s, v["intra_bw_scale"],
+                                      2.0 ** v["intra_size_log2"]),
+            "latency_us": v["intra_latency_us"],
+            "base_latency_us": v["intra_base_latency_us"]}),
         "inter_node": profile.inter_node.model_copy(update={
-            "busbw_gb_per_s": _scaled(profile.inter_node.busbw_gb_per_s, v["inter_bw_scale"]),
-            "latency_us": v["inter_latency_us"]}),
+            "busbw_gb_per_s": _scaled(profile.inter_node.busbw_gb_per_s, v["inter_bw_scale"],
+                                      2.0 ** v["inter_size_log2"]),
+            "latency_us": v["inter_latency_us"],
+            "base_latency_us": v["inter_base_latency_us"]}),
     }
     if profile.fp8_gemm_efficiency is not None:
         update["fp8_gemm_efficiency"] = _scaled(profile.fp8_gemm_efficiency, v["fp8_gemm_scale"],
@@ -128,7 +144,8 @@ Predictor = Callable[[GpuProfile, Sequence[MeasuredRun], Sequence[Layout]], np.n
 def predict_step_times(profile: GpuProfile, runs: Sequence[MeasuredRun],
                        layouts: Sequence[Layout]) -> np.ndarray:
     """Cost-model step time (s) of each run's layout on `profile`, one estimate_batch call per
-    (model, cluster shape, job) group."""
+    (model, cluster shape, job) group (runs share a group when they share the ModelSpec object;
+    planner.runs interns equal specs)."""
     from planner.costmodel import estimate_batch
 
     out = np.empty(len(runs))
@@ -252,12 +269,38 @@ def fit_values(profile: GpuProfile, runs: Sequence[MeasuredRun], layouts: Sequen
         return np.concatenate([data, PRIOR_WEIGHT * (ua - ua0)])
 
     x0 = ua0 if start is None else np.array([k.to_unit(start[k.name]) for k in act])
+    if start is None:
+        x0 = _coarse_start(residuals, x0)
     result = least_squares(residuals, x0, bounds=(np.zeros(len(act)), np.ones(len(act))),
                            loss="soft_l1", f_scale=ROBUST_SCALE, diff_step=1e-3, x_scale=1.0,
                            max_nfev=200 * (len(act) + 1))
     values = {k.name: stock[k.name] for k in knobs}
     values.update(values_of(result.x))
     return values, [k.name for k in act]
+
+
+def _robust_cost(r: np.ndarray) -> float:
+    """scipy's soft_l1 loss at ROBUST_SCALE, summed (what least_squares minimizes, x2)."""
+    z = (r / ROBUST_SCALE) ** 2
+    return float(np.sum(2.0 * (np.sqrt(1.0 + z) - 1.0)))
+
+
+def _coarse_start(residuals: Callable[[np.ndarray], np.ndarray], x0: np.ndarray,
+                  grid: int = 5, rounds: int = 2) -> np.ndarray:
+    """Coordinate search on a grid of the unit box before the local solver: curves read by
+    interpolation and log-spaced latencies give flat spots where finite differences see no
+    slope (a latency at its lower bound), so least_squares alone can stall far from the fit."""
+    x = x0.copy()
+    best = _robust_cost(residuals(x))
+    for _ in range(rounds):
+        for j in range(len(x)):
+            for u in np.linspace(0.0, 1.0, grid):
+                trial = x.copy()
+                trial[j] = u
+                cost = _robust_cost(residuals(trial))
+                if cost < best:
+                    best, x = cost, trial
+    return x
 
 
 def _cv_folds(n: int, max_loo: int) -> tuple[list[np.ndarray], str]:
@@ -339,6 +382,8 @@ def _with_provenance(profile: GpuProfile, fit: FitResult) -> GpuProfile:
     field_of = {"gemm_scale": "gemm_efficiency", "gemm_size_log2": "gemm_efficiency",
                 "fp8_gemm_scale": "fp8_gemm_efficiency", "intra_bw_scale": "intra_node",
                 "intra_latency_us": "intra_node", "inter_bw_scale": "inter_node",
+                "intra_size_log2": "intra_node", "inter_size_log2": "inter_node",
+                "intra_base_latency_us": "intra_node", "inter_base_latency_us": "inter_node",
                 "inter_latency_us": "inter_node"}
     sources = dict(profile.sources)
     for name in fit.fitted:

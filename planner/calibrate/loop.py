@@ -45,15 +45,20 @@ class ClosedLoopResult:
         return self.plans_before[0].layout != self.plans_after[0].layout
 
 
-def default_validate_run(steps: int = 5, warmup: int = 2, **options: Any) -> ValidateRun:
-    """planner.validate's launcher (torch is imported only when a run starts)."""
+def default_validate_run(steps: int = 4, warmup: int = 1, timeout_s: float = 600.0,
+                         **options: Any) -> ValidateRun:
+    """One run through planner.validate's launcher (prepare + execute: torchrun in its own
+    process group, a failure record on a crash or timeout). `options` go to
+    planner.validate.launch.prepare (backend, threads, check, ...)."""
 
     def run(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
             runs_path: Path) -> Any:
-        from planner.validate.launch import launch_run
+        from planner.validate.launch import execute, prepare
 
-        return launch_run(model, layout, job, out=runs_path, profile=cluster.gpu,
-                          steps=steps, warmup=warmup, **options)
+        launch = prepare(model, layout, job, out=runs_path, steps=steps, warmup=warmup,
+                         profile=cluster.gpu, profile_ref=cluster.gpu.name,
+                         nnodes=cluster.num_nodes, timeout_s=timeout_s, **options)
+        return execute(launch, timeout_s=timeout_s)
 
     return run
 
