@@ -88,8 +88,8 @@ def build_profile(raw: dict[str, Any], name: str, spec: GpuProfile | None = None
         sources["peak_fp16_tflops"] = sources["peak_bf16_tflops"]
     threads = raw.get("threads_per_rank")
     sources["gemm_efficiency"] = (
-        f"measured: torch.mm {dtype} square sweep, x = 2 n^3 FLOP, y = rate / peak, all "
-        f"{n} ranks at once" + (f", {threads} threads each" if cpu else ""))
+        f"measured: torch.mm {dtype} square sweep, x = 2 n^3 FLOP, y = rate / peak (fastest "
+        f"call), all {n} ranks at once" + (f", {threads} threads each" if cpu else ""))
     attn = raw["attention"]
     attention_eff = min(1.2, attn["flop_per_s"] / peak_bf16)
     sources["attention_efficiency"] = (

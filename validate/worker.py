@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 from planner.io import append_jsonl
 
@@ -107,8 +108,15 @@ class Trainer:
             if layout.dp > 1:
                 apply_dp(module, self.mesh["dp"], layout.zero)
             self.modules.append(module)
-        params = [p for m in self.modules for p in m.parameters()]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, foreach=False)
+        # foreach AdamW; DTensor and plain parameters (e.g. norms under TP without SP) in separate
+        # groups, since one foreach kernel cannot mix them
+        params = list({id(p): p for m in self.modules for p in m.parameters()}.values())
+        groups = [g for g in (
+            [p for p in params if isinstance(p, DTensor)],
+            [p for p in params if not isinstance(p, DTensor)],
+        ) if g]
+        self.optimizer = torch.optim.AdamW([{"params": g} for g in groups], lr=cfg.lr,
+                                           foreach=True)
         self.grad_accum = layout.grad_accum(cfg.global_batch)
         self.has_first = 0 in self.stage_ids
         self.has_last = (num_stages - 1) in self.stage_ids
