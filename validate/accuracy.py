@@ -4,7 +4,7 @@ and print predicted vs measured step time per run and the median error.
     python -m planner.validate.accuracy --profile cpu.yaml --out runs.jsonl
 
 The default set is the CPU set of docs/validate.md: a llama3-8b-shaped model scaled down to
-4 layers x 256 hidden, seq 128, global batch 8, every 2-process layout family (dp with ZeRO 0-3,
+4 layers x 512 hidden, seq 256, global batch 8, every 2-process layout family (dp with ZeRO 0-3,
 tp with and without sp, pp with 1F1B, recompute). The records land in --out, so
 `planner calibrate --runs` can fit the profile to them.
 """
@@ -23,8 +23,8 @@ from planner.specs import JobSpec
 from .config import ScaleDown, scaled_spec
 from .launch import execute, prepare
 
-CPU_SCALE = ScaleDown(layers=4, hidden=256, heads=8, kv_heads=4, ffn=768, vocab=2048)
-CPU_JOB = JobSpec(seq_len=128, global_batch=8)
+CPU_SCALE = ScaleDown(layers=4, hidden=512, heads=8, kv_heads=4, ffn=1536, vocab=4096)
+CPU_JOB = JobSpec(seq_len=256, global_batch=8)
 CPU_LAYOUTS = (
     Layout(dp=2, zero=0),
     Layout(dp=2, zero=1),

@@ -23,12 +23,17 @@ from planner.specs import GpuProfile
 GIB = 2**30
 
 
-def _curve(points: list[list[float]], scale: float, source: str, ndigits: int = 4) -> dict:
+def _sig(x: float, digits: int = 4) -> float:
+    """x rounded to `digits` significant digits (measurements carry no more)."""
+    return float(f"{x:.{digits}g}")
+
+
+def _curve(points: list[list[float]], scale: float, source: str) -> dict:
     """Curve dict from (x, y) pairs, y divided by `scale`; duplicate x dropped."""
     out, last = [], 0.0
     for x, y in sorted((p[0], p[1]) for p in points):
         if x > last:
-            out.append([float(x), round(float(y) / scale, ndigits)])
+            out.append([float(x), _sig(float(y) / scale)])
             last = x
     return {"points": out, "source": source}
 
@@ -55,10 +60,10 @@ def _link(sweep: dict[str, list[list[float]]], p2p: list[list[float]], n: int, f
         "step's latency")
     return {
         "fabric": fabric,
-        "link_gb_per_s": round(plateau, 4),
+        "link_gb_per_s": _sig(plateau),
         "busbw_gb_per_s": _curve(busbw, 1.0, f"all-reduce, {n} ranks, {where}"),
-        "latency_us": round(max(step_us, 0.01), 2),
-        "base_latency_us": round(max(p2p_small - step_us, 0.0), 2),
+        "latency_us": _sig(max(step_us, 0.01)),
+        "base_latency_us": _sig(max(p2p_small - step_us, 0.0)),
     }
 
 
@@ -139,19 +144,19 @@ def build_profile(raw: dict[str, Any], name: str, spec: GpuProfile | None = None
         "name": name,
         "description": (f"measured by `planner profile` on {raw['hostname']}: {raw['device']}, "
                         f"{raw['nnodes']} node(s) x {n} processes, {raw['backend']}"),
-        "peak_bf16_tflops": round(peak_bf16 / 1e12, 6),
-        "peak_fp16_tflops": round(peak_fp16 / 1e12, 6),
-        "memory_gib": round(memory_gib, 3),
-        "hbm_tb_per_s": round(hbm, 6),
+        "peak_bf16_tflops": _sig(peak_bf16 / 1e12),
+        "peak_fp16_tflops": _sig(peak_fp16 / 1e12),
+        "memory_gib": _sig(memory_gib),
+        "hbm_tb_per_s": _sig(hbm),
         "hbm_efficiency": 1.0,
-        "reserve_gib": round(reserve_gib, 3),
+        "reserve_gib": _sig(reserve_gib),
         "gemm_efficiency": _curve(gemm[dtype], peak_bf16, f"torch.mm {dtype} square sweep"),
-        "attention_efficiency": round(attention_eff, 4),
+        "attention_efficiency": _sig(attention_eff),
         "gpus_per_node": n,
         "intra_node_fabric": "loopback" if cpu else (spec.intra_node_fabric if spec else "pcie"),
         "intra_node": intra,
         "inter_node": inter,
-        "nic_gbit_per_s": round(nic, 4),
+        "nic_gbit_per_s": _sig(nic),
         "dp_overlap": dp_overlap,
         "step_overhead_s": 0.0,
         "provenance": {

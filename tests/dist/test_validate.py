@@ -177,3 +177,21 @@ def test_unsupported_layout_is_one_line_exit_2(tmp_path: Path) -> None:
                    str(tmp_path / "r.jsonl"))
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1 and "tp=2 must divide the heads (3)" in res.stderr
+
+
+def test_profile_command_writes_a_usable_profile(tmp_path: Path) -> None:
+    out = tmp_path / "cpu.yaml"
+    res = _planner("profile", "--out", str(out), "--nproc", "2", "--quick")
+    assert res.returncode == 0, res.stderr[-2000:]
+    prof = load_gpu(str(out))
+    assert prof.name == "cpu" and prof.gpus_per_node == 2 and prof.intra_node_fabric == "loopback"
+    gemm = prof.provenance["gemm_all_dtypes_flop_per_s"]["float32"]
+    # the peak is the best measured fp32 rate, and the curve is the sweep over it
+    assert prof.peak_bf16_tflops * 1e12 == pytest.approx(max(r for _x, r in gemm), rel=1e-3)
+    assert max(y for _x, y in prof.gemm_efficiency.points) == pytest.approx(1.0, rel=1e-3)
+    assert 1e8 < prof.peak_bf16_tflops * 1e12 < 1e13  # 0.1 GFLOP/s .. 10 TFLOP/s per CPU rank
+    assert prof.intra_node.busbw_gb_per_s.points and prof.intra_node.latency_us > 0
+    res = _planner("estimate", "--model", "gpt3-1.3b", "--cluster", str(out), "--tp", "1",
+                   "--pp", "1", "--seq-len", "64", "--global-batch", "4", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["step_time_s"] > 0
