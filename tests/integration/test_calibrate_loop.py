@@ -1,0 +1,86 @@
+"""The calibration loop for real on this machine: validate layouts of a small model on CPU
+processes (torchrun + gloo), fit the profile on some runs, check the others' step-time error.
+
+The starting profile is a datasheet-style guess for a small CPU node (cpu_profile); calibration
+on four runs must bring the two held-out runs' error below the error before the fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from planner.calibrate import calibrate  # noqa: E402
+from planner.calibrate.loop import default_validate_run  # noqa: E402
+from planner.layout import Layout  # noqa: E402
+from planner.runs import load_records  # noqa: E402
+from planner.specs import ClusterSpec, Curve, GpuProfile, JobSpec, LinkProfile, ModelSpec  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.dist]
+
+
+def cpu_profile() -> GpuProfile:
+    """A guess, not a measurement: one AVX2 core does 2 FMA x 8 fp32 lanes x 2 FLOP x ~3 GHz
+    = 96 GFLOP/s; DDR4 ~20 GB/s; gloo over shared memory a few GB/s with ~50 us per step."""
+    link = LinkProfile(fabric="gloo loopback", link_gb_per_s=5.0,
+                       busbw_gb_per_s=Curve(points=[(1e3, 0.05), (1e6, 1.0), (1e8, 2.0)]),
+                       latency_us=50.0)
+    return GpuProfile(
+        name="cpu-guess", peak_bf16_tflops=0.096, peak_fp16_tflops=0.096, memory_gib=24,
+        hbm_tb_per_s=0.02, reserve_gib=1.0,
+        gemm_efficiency=Curve(points=[(1e6, 0.3), (1e8, 0.6), (1e10, 0.8)]),
+        attention_efficiency=0.3, gpus_per_node=2, intra_node_fabric="loopback",
+        intra_node=link, inter_node=link, nic_gbit_per_s=10.0,
+    )
+
+
+def _model(hidden: int) -> ModelSpec:
+    return ModelSpec(name=f"tiny-h{hidden}", num_hidden_layers=4, hidden_size=hidden,
+                     num_attention_heads=8, num_key_value_heads=4, intermediate_size=3 * hidden,
+                     vocab_size=2048, activation="swiglu", seq_len=128, global_batch=8)
+
+
+# (hidden, layout): two processes each (the same contention for every run); the first FIT are
+# fitted on, the rest are held out
+RUNS = [
+    (256, Layout(dp=2, mbs=2)),
+    (256, Layout(tp=2, mbs=4)),
+    (256, Layout(pp=2, mbs=2)),
+    (512, Layout(dp=2, mbs=4)),
+    (512, Layout(tp=2, mbs=4, sp=True)),
+    (256, Layout(dp=2, mbs=2, zero=3)),
+]
+FIT = 4
+# The done-when target is 10% (docs/calibrate.md has the measured numbers). On a shared 2-core
+# machine the same layout's step time moves by up to +-50% between launches when other jobs run,
+# so the test holds the fit to a looser bound that load noise cannot break, and to beating the
+# starting profile (off by about 3x).
+HELD_OUT_MEDIAN_BOUND = 0.25
+
+
+def test_calibrate_on_some_runs_predicts_the_others(tmp_path):
+    gpu = cpu_profile()
+    job = JobSpec(seq_len=128, global_batch=8)
+    out = tmp_path / "runs.jsonl"
+    run = default_validate_run(steps=4, warmup=1, timeout_s=120, check=False, threads=1)
+    for hidden, layout in RUNS:
+        cluster = ClusterSpec(gpu=gpu, num_nodes=1, gpus_per_node=layout.num_gpus)
+        record = run(_model(hidden), cluster, job, layout, out)
+        assert record.get("ok"), record.get("error")
+    runs, skipped = load_records(out, gpu)
+    assert not skipped and len(runs) == len(RUNS)
+    train, held = runs[:FIT], runs[FIT:]
+    fit = calibrate(gpu, train, layouts=[r.layout for r in train], cross_validate=False)
+    from planner.calibrate.fit import predict_step_times
+
+    measured = np.array([r.measured_step_time_s for r in held])
+    layouts = [r.layout for r in held]
+    before = predict_step_times(gpu, held, layouts) / measured - 1
+    after = predict_step_times(fit.profile, held, layouts) / measured - 1
+    print(f"\nfitted {fit.fitted}: " + ", ".join(f"{k}={fit.values[k]:.4g}" for k in fit.fitted))
+    for r, b, a in zip(held, before, after, strict=True):
+        print(f"held-out {r.layout}: measured {r.measured_step_time_s:.4f}s, "
+              f"error before {b:+.1%} after {a:+.1%}")
+    assert np.median(np.abs(after)) < np.median(np.abs(before))
+    assert np.median(np.abs(after)) < HELD_OUT_MEDIAN_BOUND
