@@ -1,0 +1,48 @@
+"""planner.calibrate.closed_loop with a stand-in for the torchrun launcher: the "machine" runs
+each layout at the cost model's time on a hidden TRUE profile; after the loop the ranking must be
+the one the TRUE profile gives (computed independently with solve on TRUE)."""
+
+from __future__ import annotations
+
+import pytest
+from calib_fixtures import a100_like
+
+from planner.calibrate import apply_values, closed_loop
+from planner.calibrate.fit import predict_step_times
+from planner.io import append_jsonl, read_jsonl
+from planner.registry import load_gpu
+from planner.runs import MeasuredRun
+from planner.search import solve
+from planner.specs import ClusterSpec, JobSpec, ModelSpec
+
+pytestmark = pytest.mark.slow  # two searches and a cross-validated fit, ~20 s
+
+
+def test_closed_loop_reranks_with_the_fitted_profile(tmp_path):
+    base = a100_like()
+    true = apply_values(base, {"gemm_scale": 0.7, "intra_bw_scale": 0.05})
+    model = ModelSpec(name="m", num_hidden_layers=8, hidden_size=2048, num_attention_heads=16,
+                      intermediate_size=8192, vocab_size=32000, activation="gelu")
+    cluster = ClusterSpec(gpu=base, num_nodes=1, gpus_per_node=8)
+    job = JobSpec(seq_len=2048, global_batch=64)
+    runs_path = tmp_path / "runs.jsonl"
+    append_jsonl(runs_path, {"ok": False, "error": "an older failed run"})  # not this loop's
+
+    def machine(model, cluster, job, layout, path):
+        run = MeasuredRun("x", "v", model, cluster, job, layout.as_dict(), 1.0)
+        seconds = float(predict_step_times(true, [run], [layout])[0])
+        append_jsonl(path, {"model_spec": model.model_dump(mode="json"), **layout.as_dict(),
+                            "seq_len": job.seq_len, "global_batch": job.global_batch,
+                            "nnodes": 1, "nproc_per_node": 8, "world_size": 8,
+                            "measured_step_time_s": seconds, "ok": True, "error": None})
+
+    result = closed_loop(model, cluster, job, {}, 4, runs_path, top_k=5,
+                         profile_out=tmp_path / "fitted.yaml", validate_run=machine)
+    assert len(read_jsonl(runs_path)) == 5 and len(result.fit.runs) == 4
+    assert result.validated == [p.layout for p in result.plans_before[:4]]
+    truth = [p.layout for p in solve(model, cluster.model_copy(update={"gpu": true}), job, {},
+                                     top_k=3)]
+    assert [p.layout for p in result.plans_after[:3]] == truth
+    assert result.winner_changed == (result.plans_before[0].layout != truth[0])
+    assert load_gpu(str(tmp_path / "fitted.yaml")).provenance["runs"] == [
+        f"runs.jsonl:{i}" for i in (2, 3, 4, 5)]
