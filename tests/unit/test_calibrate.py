@@ -184,3 +184,17 @@ def test_cli_bad_input_is_one_line(tmp_path, monkeypatch, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: runs file not found: {tmp_path / 'no.jsonl'}"]
+
+
+def test_fitted_band_reaches_estimates():
+    from planner.costmodel import estimate
+
+    base, runs, layouts = synthetic_runs(hiddens=(1024, 4096), tps=(1, 8), mbss=(1,))
+    fit = calibrate(base, runs, layouts=layouts, names=["gemm_scale"])
+    sigma = fit.profile.step_time_rel_error
+    assert sigma is not None and sigma > 0
+    run = runs[0]
+    est = estimate(run.model, run.cluster.model_copy(update={"gpu": fit.profile}), run.job,
+                   layouts[0])
+    assert est.step_time_low_s == pytest.approx(est.step_time_s * (1 - sigma))
+    assert est.step_time_high_s == pytest.approx(est.step_time_s * (1 + sigma))
