@@ -36,11 +36,15 @@ from planner.registry import builtin_gpus, load_gpu
 from planner.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table
 from planner.specs import GpuProfile
 
-TUNE_SOURCES = ("dgxc_benchmarking", "bloom_prequel")
-# Chip properties that should carry across sources: GEMM efficiency (scale and size dependence),
-# fused attention efficiency, DP overlap. Link latencies, HBM efficiency and per-step overhead
-# are left at their sources' values: on published tables they only absorb each source's quirks.
-TUNE_KNOBS = ("gemm_scale", "attention_efficiency", "gemm_size_log2")
+# The stock profiles are set from the recent, flash-attention-era sources (NVIDIA's DGX Cloud
+# benchmarks, llm-foundry's MPT table); BLOOM (2022 Megatron-DeepSpeed, no flash attention),
+# Megatron-Bridge and DLPerf (V100) are the held-out check. docs/accuracy.md has both splits.
+TUNE_SOURCES = ("dgxc_benchmarking", "llmfoundry_mpt_bench")
+# Chip properties that should carry across sources: GEMM efficiency and fused attention
+# efficiency. The GEMM size dependence, DP overlap, link latencies, HBM efficiency and per-step
+# overhead stay at their sources' values: fitted on published tables they absorb each source's
+# quirks (the size shift ran to its bound) and made the held-out error worse.
+TUNE_KNOBS = ("gemm_scale", "attention_efficiency")
 RUNS_PER_KNOB = 20  # a GPU with n tuning runs fits the first n // 20 knobs (at least one)
 # Same chip, other memory or packaging: a fit of the first serves the second.
 SIBLINGS = (("A100-SXM4-80GB", "A100-SXM4-40GB"), ("GB200", "B200"), ("H100-SXM", "H200"),
@@ -128,6 +132,54 @@ def fitted_profiles(runs: Sequence[MeasuredRun], predictor: Predictor,
             out[sibling.name] = apply_values(sibling, values_of[fitted_name])
             log(f"{sibling.name}: efficiencies of the {fitted_name} fit")
     return out, values_of
+
+
+PROFILE_DIR = Path(__file__).resolve().parent.parent / "hardware_profiles"
+# The fields this benchmark may set in the stock YAMLs (the hardware engineer owns the rest).
+WRITABLE = ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "dp_overlap",
+            "step_overhead_s", "hbm_efficiency")
+
+
+def _points_text(curve: Any) -> str:
+    return "[" + ", ".join(f"[{x:.4g}, {y:.3f}]" for x, y in curve.points) + "]"
+
+
+def write_stock_profile(path: Path, fitted: GpuProfile, values: dict[str, float],
+                        note: str) -> None:
+    """Set the fitted efficiency fields of one stock YAML in place (line edits: the file keeps
+    its layout and comments), and prefix their `sources` entries with how they were fitted."""
+    from planner.io import write_text_atomic
+
+    lines = path.read_text().splitlines()
+    touched = {"gemm_efficiency"} if any(k.startswith("gemm_") for k in values) else set()
+    if "fp8_gemm_scale" in values or ("gemm_size_log2" in values and fitted.fp8_gemm_efficiency):
+        touched.add("fp8_gemm_efficiency")
+    touched |= {k for k in values if k in WRITABLE}
+    out: list[str] = []
+    in_sources = False
+    for i, line in enumerate(lines):
+        key = line.split(":", 1)[0]
+        if line.startswith("sources:"):
+            in_sources = True
+        elif not line.startswith(" "):
+            in_sources = False
+        if in_sources and line.startswith("  ") and key.strip() in touched:
+            field, cite = line.split(":", 1)
+            cite = cite.strip().strip('"').replace('"', "'")
+            out.append(f'{field}: "{note}; shape and original value: {cite}"')
+            continue
+        if not line.startswith(" ") and key in touched and key.endswith("_efficiency") and \
+                line.rstrip().endswith(":") and i + 1 < len(lines):
+            out.append(line)  # a curve: its points are on the next line
+            continue
+        if line.startswith("  points:") and out and out[-1].split(":", 1)[0] in touched:
+            out.append(f"  points: {_points_text(getattr(fitted, out[-1].split(':', 1)[0]))}")
+            continue
+        if not line.startswith(" ") and key in touched and not line.rstrip().endswith(":"):
+            out.append(f"{key}: {float(getattr(fitted, key)):.4g}")
+            continue
+        out.append(line)
+    write_text_atomic(path, "\n".join(out) + "\n")
 
 
 def predict_all(runs: Sequence[MeasuredRun], profiles: dict[str, GpuProfile],
@@ -219,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated profile parameters to fit (planner.calibrate names)")
     parser.add_argument("--markdown", type=Path, help="also write the tables here")
     parser.add_argument("--rows", type=Path, help="write every row's prediction as CSV")
+    parser.add_argument("--write-profiles", action="store_true",
+                        help="set the fitted efficiency fields in hardware_profiles/*.yaml")
     ns = parser.parse_args(argv)
     t0 = time.perf_counter()
 
@@ -243,6 +297,17 @@ def main(argv: list[str] | None = None) -> int:
         fitted, values = fitted_profiles([r for r in runs if r.source_id in tuned], predictor,
                                          knobs)
         profiles.update(fitted)
+        if ns.write_profiles:
+            note = (f"fitted by benchmarks/accuracy.py (planner calibrate) on "
+                    f"{' + '.join(tuned)} of ../shared/calibration/published_runs.csv")
+            for name, prof in fitted.items():
+                path = PROFILE_DIR / f"{name}.yaml"
+                vals = values.get(name) or next(
+                    (v for big, small in SIBLINGS for n, v in values.items()
+                     if n.startswith(big) and name.startswith(small)), {})
+                if path.is_file() and vals:
+                    write_stock_profile(path, prof, vals, note)
+                    print(f"wrote {path.name}: " + ", ".join(sorted(vals)))
         md += ["### fitted values", ""] + [
             f"- {gpu}: " + ", ".join(f"{k} = {v:.4g}" for k, v in vals.items())
             for gpu, vals in values.items()] + [""]
