@@ -10,6 +10,7 @@ time in seconds, or `oom` when the layout did not fit in memory.
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -21,7 +22,11 @@ from planner.layout import Layout
 from planner.specs import ClusterSpec, GpuProfile, JobSpec, ModelSpec
 
 LAYOUT_KNOBS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp")
-PUBLISHED_RUNS_CSV = Path("/work/shared/calibration/published_runs.csv")
+# The project's calibration set sits next to the checkout (../shared/calibration); it is not
+# packaged. PLANNER_PUBLISHED_RUNS points elsewhere.
+PUBLISHED_RUNS_CSV = Path(os.environ.get(
+    "PLANNER_PUBLISHED_RUNS",
+    Path(__file__).resolve().parents[2] / "shared" / "calibration" / "published_runs.csv"))
 # GPT-2/GPT-3 BPE vocabulary (Brown et al. 2020, which reuses GPT-2's tokenizer): the published
 # tables of GPT-3-style runs often omit the vocabulary.
 GPT_VOCAB = 50257
