@@ -60,7 +60,8 @@ def _row(rec: dict) -> str:
         why = rec.get("error") or rec.get("prediction_error")
         return f"{rec['layout']:<28} failed or unpredicted: {why}"
     return (f"{rec['layout']:<28} measured {meas:8.3f} s  predicted {pred:8.3f} s  "
-            f"error {(pred - meas) / meas:+7.1%}")
+            f"error {(pred - meas) / meas:+7.1%}  peak memory measured (RSS) "
+            f"{rec['measured_peak_mem_gb']:.2f} GiB, predicted {rec['peak_mem_gb']:.2f} GiB")
 
 
 def relative_errors(records: list[dict]) -> list[float]:

@@ -105,13 +105,19 @@ class RunConfig(BaseModel):
         return Layout(**self.layout)
 
 
-def check_supported(model: ModelSpec, layout: Layout, global_batch: int, seq_len: int) -> list[str]:
+def check_supported(model: ModelSpec, layout: Layout, global_batch: int, seq_len: int,
+                    backend: str | None = None) -> list[str]:
     """What the validate worker cannot run for this model and layout, readable; empty when it can.
 
-    These are the validate model's own limits on top of the cost model's structural checks."""
+    These are the validate model's own limits on top of the cost model's structural checks.
+    `backend` None skips the checks that depend on it."""
     out = []
-    if layout.cp > 1:
-        out.append(f"cp={layout.cp}: validate does not run context parallelism yet (use cp=1)")
+    if layout.cp > 1 and backend == "gloo":
+        out.append(f"cp={layout.cp}: torch's context parallelism (ring attention) has no CPU "
+                   "kernel; run cp > 1 on GPUs")
+    if layout.cp > 1 and seq_len % (2 * layout.cp):
+        out.append(f"cp={layout.cp} needs seq_len ({seq_len}) divisible by 2*cp (torch's "
+                   "head-tail load balancing)")
     if layout.ep > 1:
         out.append(f"ep={layout.ep}: validate builds dense models only (use ep=1)")
     if model.num_attention_heads % layout.tp or model.kv_heads % layout.tp:
@@ -120,8 +126,9 @@ def check_supported(model: ModelSpec, layout: Layout, global_batch: int, seq_len
     if model.intermediate_size % layout.tp or model.vocab_size % layout.tp:
         out.append(f"tp={layout.tp} must divide the ffn ({model.intermediate_size}) and the "
                    f"vocabulary ({model.vocab_size})")
-    if layout.sp and seq_len % layout.tp:
-        out.append(f"sequence parallelism needs tp={layout.tp} to divide seq_len={seq_len}")
+    if layout.sp and (seq_len // layout.cp) % layout.tp:
+        out.append(f"sequence parallelism needs tp={layout.tp} to divide the {seq_len // layout.cp}"
+                   " tokens per sequence on a rank")
     stages = layout.pp * layout.vpp
     if stages > model.num_hidden_layers:
         out.append(f"pp*vpp={stages} stages need at least as many layers "
@@ -144,9 +151,10 @@ def check_supported(model: ModelSpec, layout: Layout, global_batch: int, seq_len
     return out
 
 
-def require_supported(model: ModelSpec, layout: Layout, global_batch: int, seq_len: int) -> None:
+def require_supported(model: ModelSpec, layout: Layout, global_batch: int, seq_len: int,
+                      backend: str | None = None) -> None:
     """Raise LayoutError listing what validate cannot run."""
-    problems = check_supported(model, layout, global_batch, seq_len)
+    problems = check_supported(model, layout, global_batch, seq_len, backend)
     if problems:
         raise LayoutError(f"layout {layout} cannot be validated: " + "; ".join(problems))
 

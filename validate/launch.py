@@ -129,10 +129,10 @@ def prepare(model: ModelSpec, layout: Layout, job: JobSpec, *, out: Path, steps:
     if per_node * nnodes != world:
         raise LayoutError(f"--nproc {per_node} x {nnodes} node(s) = {per_node * nnodes} processes, "
                           f"but the layout {layout} needs tp*pp*dp*cp = {world}")
-    require_supported(model, layout, job.global_batch, job.seq_len)
     backend = backend or local_backend()
     if backend not in ("gloo", "nccl", "mpi", "xccl"):
         raise SpecError(f"unknown backend '{backend}' (gloo on CPUs, nccl on GPUs)")
+    require_supported(model, layout, job.global_batch, job.seq_len, backend)
     run_id = uuid.uuid4().hex[:12]
     run_dir = out.parent / ".planner-validate" / run_id
     base = {

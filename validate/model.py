@@ -83,9 +83,15 @@ def rope_tables(head_dim: int, seq_len: int, theta: float, device: torch.device
 
 
 def _rope_tables(head_dim: int, seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return rope_tables_at(torch.arange(seq_len), head_dim, theta)
+
+
+def rope_tables_at(positions: torch.Tensor, head_dim: int, theta: float
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin at the given token positions, each (len(positions), head_dim // 2)."""
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
-    angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq)
-    return angles.cos(), angles.sin()
+    angles = torch.outer(positions.float().cpu(), inv_freq)
+    return angles.cos().to(positions.device), angles.sin().to(positions.device)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -106,6 +112,9 @@ class Attention(nn.Module):
         self.rope_theta = args.rope_theta if args.rope else None
         self.n_rep = args.heads // args.kv_heads
         self.recompute_core = False  # set by parallel.apply_recompute("selective")
+        # Positions of this rank's tokens when context parallelism shards the sequence (set per
+        # step by the trainer); None means 0..seq-1.
+        self.positions: torch.Tensor | None = None
         self.wq = nn.Linear(args.hidden, args.heads * args.head_dim, bias=args.qkv_bias)
         self.wk = nn.Linear(args.hidden, args.kv_heads * args.head_dim, bias=args.qkv_bias)
         self.wv = nn.Linear(args.hidden, args.kv_heads * args.head_dim, bias=args.qkv_bias)
@@ -117,7 +126,10 @@ class Attention(nn.Module):
         k = self.wk(x).view(bs, seq, -1, self.head_dim)
         v = self.wv(x).view(bs, seq, -1, self.head_dim)
         if self.rope_theta is not None:
-            rope = rope_tables(self.head_dim, seq, self.rope_theta, x.device)
+            if self.positions is not None:
+                rope = rope_tables_at(self.positions, self.head_dim, self.rope_theta)
+            else:
+                rope = rope_tables(self.head_dim, seq, self.rope_theta, x.device)
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         if self.recompute_core:  # selective recomputation: keep q, k, v, redo the attention core
             out = checkpoint(self._core, q, k, v, use_reentrant=False)
@@ -159,11 +171,15 @@ class Embeddings(nn.Module):
         super().__init__()
         self.tok = nn.Embedding(args.vocab, args.hidden)
         self.pos = None if args.rope else nn.Embedding(args.max_positions, args.hidden)
+        self.positions: torch.Tensor | None = None  # as Attention.positions
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         h = self.tok(tokens)
         if self.pos is not None:
-            h = h + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
+            positions = self.positions
+            if positions is None:
+                positions = torch.arange(tokens.shape[1], device=tokens.device)
+            h = h + self.pos(positions)
         return h
 
 
@@ -222,6 +238,13 @@ class Transformer(nn.Module):
         if self.output is not None:
             h = self.output(h)
         return h
+
+def set_positions(module: nn.Module, positions: torch.Tensor | None) -> None:
+    """Tell every attention and embedding of `module` the positions of its tokens."""
+    for m in module.modules():
+        if isinstance(m, Attention | Embeddings):
+            m.positions = positions
+
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token loss over the batch's tokens, computed in fp32."""

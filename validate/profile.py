@@ -185,7 +185,19 @@ def profile_yaml(profile: GpuProfile) -> str:
     header = ("# Measured by `planner profile` (planner.validate.bench); every value's source is "
               "under `sources`.\n")
     data = profile.model_dump(mode="json", exclude_none=True)
-    return header + yaml.safe_dump(data, sort_keys=False, width=100, default_flow_style=None)
+    return header + yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=100)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style, except a list of numbers (a curve point) on one line: [x, y]."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list) -> yaml.Node:
+    flow = all(isinstance(v, int | float) for v in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_Dumper.add_representer(list, _represent_list)
 
 
 def write_profile(profile: GpuProfile, path: str | Path) -> None:

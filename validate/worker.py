@@ -7,6 +7,7 @@ on synthetic data, and rank 0 appends one record.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import os
 import resource
@@ -22,11 +23,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.experimental import context_parallel
 
 from planner.io import append_jsonl
 
 from .config import RunConfig, read_config
-from .model import ModelArgs, Transformer, cross_entropy, synthetic_batch
+from .model import ModelArgs, Transformer, cross_entropy, set_positions, synthetic_batch
 from .parallel import (
     PipelineStage,
     apply_dp,
@@ -105,8 +107,8 @@ class Trainer:
                 apply_tp(module, self.mesh["tp"], layout.sp)
             apply_recompute(module, layout.recompute)
             module.to(device)
-            if layout.dp > 1:
-                apply_dp(module, self.mesh["dp"], layout.zero)
+            if layout.dp * layout.cp > 1:
+                apply_dp(module, self.dp_mesh(), layout.zero)
             self.modules.append(module)
         # foreach AdamW; DTensor and plain parameters (e.g. norms under TP without SP) in separate
         # groups, since one foreach kernel cannot mix them
@@ -128,20 +130,30 @@ class Trainer:
             self.schedule = build_schedule(stages, self.grad_accum, cfg.pp_schedule)
         self.pp_group = self.mesh["pp"].get_group() if layout.pp > 1 else None
 
+    def dp_mesh(self):  # noqa: ANN201 - a DeviceMesh
+        """The mesh gradients are averaged over: dp, or dp x cp flattened (cp ranks hold the
+        same parameters and see different tokens of the same sequences)."""
+        if self.layout.cp == 1:
+            return self.mesh["dp"]
+        if not hasattr(self, "_dp_cp"):
+            self._dp_cp = self.mesh["dp", "cp"]._flatten("dp_cp")
+        return self._dp_cp
+
     def local_batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """This DP rank's share of the step's global batch (grad_accum * mbs sequences)."""
         tokens, targets = synthetic_batch(self.cfg.global_batch, self.cfg.seq_len,
                                           self.modules[0].args.vocab, self.cfg.seed, step)
         share = self.cfg.global_batch // self.layout.dp
         rows = slice(self.dp_rank * share, (self.dp_rank + 1) * share)
-        return tokens[rows].to(self.device), targets[rows].to(self.device)
+        # copies: context_parallel shards them in place
+        return tokens[rows].to(self.device).clone(), targets[rows].to(self.device).clone()
 
     def step(self, step: int, want_grad_norm: bool) -> tuple[float, float | None]:
         """One optimizer step; returns (mean loss over the global batch, grad norm or None)."""
         tokens, targets = self.local_batch(step)
         self.optimizer.zero_grad()
         loss_sum = torch.zeros((), dtype=torch.float64)
-        with _autocast(self.device):
+        with self._context_parallel(tokens, targets), _autocast(self.device):
             if self.schedule is None:
                 model = self.modules[0]
                 mbs = self.layout.mbs
@@ -161,6 +173,21 @@ class Trainer:
         norm = grad_norm(self.modules, self.pp_group) if want_grad_norm else None
         self.optimizer.step()
         return self._global_mean_loss(loss_sum), norm
+
+    @contextlib.contextmanager
+    def _context_parallel(self, tokens: torch.Tensor, targets: torch.Tensor):  # noqa: ANN202
+        """With cp > 1: torch's context_parallel shards tokens, targets and the positions along
+        the sequence (head-tail load balanced) and runs ring attention in SDPA's place."""
+        if self.layout.cp == 1:
+            yield
+            return
+        positions = torch.arange(tokens.shape[1], device=self.device)
+        buffers = [tokens, targets, positions]
+        with context_parallel(self.mesh["cp"], buffers=buffers, buffer_seq_dims=[1, 1, 0],
+                              no_restore_buffers=set(buffers)):
+            for m in self.modules:
+                set_positions(m, positions)
+            yield
 
     def _global_mean_loss(self, loss_sum: torch.Tensor) -> float:
         """Average the loss over the ranks that computed one (last pipeline stage)."""

@@ -107,7 +107,7 @@ def validate_cmd(
         sp=(tp > 1) if sp is None else sp,
     )
     job = JobSpec(seq_len=seq_len or spec.seq_len, global_batch=global_batch or spec.global_batch)
-    require_supported(spec, layout, job.global_batch, job.seq_len)  # before importing torch
+    require_supported(spec, layout, job.global_batch, job.seq_len, backend)  # before torch
     gpu = load_gpu(str(profile)) if profile is not None else local_profile()
     launch = prepare(
         spec, layout, job, out=out, steps=steps, warmup=warmup, profile=gpu,

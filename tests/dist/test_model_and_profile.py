@@ -50,12 +50,16 @@ def test_scale_down_keeps_the_architecture() -> None:
 def test_unsupported_layouts_say_why() -> None:
     spec = scaled_spec(load_model("llama3-8b"), ScaleDown(layers=2, hidden=48, heads=3,
                                                           kv_heads=3))
-    problems = check_supported(spec, Layout(tp=2, pp=4, cp=2), global_batch=6, seq_len=16)
+    problems = check_supported(spec, Layout(tp=2, pp=4, cp=2), global_batch=6, seq_len=16,
+                               backend="gloo")
     text = " | ".join(problems)
-    assert "cp=2" in text and "tp=2 must divide the heads (3)" in text
+    assert "cp=2: torch's context parallelism (ring attention) has no CPU kernel" in text
+    assert "tp=2 must divide the heads (3)" in text
     assert "pp*vpp=4 stages need at least as many layers (2)" in text
     assert "not divisible by mbs*dp" not in text
     assert check_supported(spec, Layout(), 6, 16) == []
+    assert check_supported(spec, Layout(cp=2), 6, 16, backend="nccl") == []
+    assert "divisible by 2*cp" in check_supported(spec, Layout(cp=4), 6, 12, backend="nccl")[0]
     with pytest.raises(LayoutError, match="3 micro-batches per DP rank are fewer than pp=4"):
         require_supported(scaled_spec(spec, ScaleDown(layers=4)), Layout(pp=4), 3, 16)
 
