@@ -137,6 +137,9 @@ def prepare(model: ModelSpec, layout: Layout, job: JobSpec, *, out: Path, steps:
     run_dir = out.parent / ".planner-validate" / run_id
     base = {
         "model": model.name, "layout": str(layout), "run_id": run_id,
+        # what the matmuls ran in: bf16 autocast on GPUs, fp32 on CPUs (`precision` below is the
+        # JobSpec's, the one the prediction used)
+        "compute_dtype": "bf16" if backend == "nccl" else "fp32",
         # the spec as it ran (scaled down) and the precision: `planner calibrate` re-predicts it
         "model_spec": model.model_dump(mode="json"), "precision": job.precision,
         "profile": profile_ref if profile is not None else None,

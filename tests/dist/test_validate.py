@@ -116,6 +116,7 @@ def test_layout_matches_single_process(tmp_path: Path, reference, name: str) -> 
     assert 0.05 < rec["measured_peak_mem_gb"] < 8  # RSS of one rank: torch alone is ~0.3 GiB
     assert rec["predicted_step_time_s"] > 0 and rec["profile_name"] == "H100-SXM"
     assert rec["torch_version"] and rec["hostname"] and rec["date"]
+    assert rec["model_spec"]["hidden_size"] == SCALE.hidden and rec["compute_dtype"] == "fp32"
     assert not (tmp_path / ".planner-validate" / rec["run_id"]).exists()  # cleaned after ok
 
 
