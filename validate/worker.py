@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import gc
 import os
 import resource
 import statistics
@@ -70,9 +71,30 @@ def _autocast(device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
 
+def _reset_peak_mem(device: torch.device) -> None:
+    """Start the peak-memory count here (after building and the reference step)."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:  # Linux: writing 5 to clear_refs resets the peak RSS (VmHWM), proc(5)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 def _peak_mem_bytes(device: torch.device) -> float:
+    """CUDA max allocated on GPUs; the peak resident set size (VmHWM) on CPUs."""
     if device.type == "cuda":
         return float(torch.cuda.max_memory_allocated(device))
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return float(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
     return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux: KiB
 
 
@@ -103,10 +125,10 @@ class Trainer:
         self.modules: list[Transformer] = []
         for sid in self.stage_ids:
             module = stage_module(full, ranges[sid], sid == 0, sid == num_stages - 1)
+            module.to(device)
             if layout.tp > 1:
                 apply_tp(module, self.mesh["tp"], layout.sp)
             apply_recompute(module, layout.recompute)
-            module.to(device)
             if layout.dp * layout.cp > 1:
                 apply_dp(module, self.dp_mesh(), layout.zero)
             self.modules.append(module)
@@ -217,6 +239,7 @@ def run(cfg: RunConfig, device: torch.device, backend: str) -> dict[str, Any]:
         ref_loss, ref_norm = reference_step(full, cfg, device)
     trainer = Trainer(cfg, full, device)
     del full
+    _reset_peak_mem(device)
     losses, times, first_norm = [], [], None
     for step in range(cfg.warmup + cfg.steps):
         _sync(device)
