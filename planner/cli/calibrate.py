@@ -50,6 +50,7 @@ def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitO
     measured, skipped = load_runs(runs, gpu)
     if source:
         measured = [r for r in measured if r.source_id in source]
+        skipped = [s for s in skipped if s.source_id in source]
     measured = matching_gpu(measured, gpu)
     if not measured:
         reasons = sorted({s.reason for s in skipped})[:3]
