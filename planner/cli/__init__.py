@@ -22,30 +22,15 @@ from planner.errors import PlannerError
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. typer runs in standalone mode (usage errors exit 2 with its
+    own message, typer.Exit codes pass through); our own PlannerError becomes one line."""
     try:
-        app(standalone_mode=False)
+        app()
     except PlannerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         for line in getattr(exc, "diagnosis", []):
             print(f"  {line}", file=sys.stderr)
         sys.exit(exc.exit_code)
-    except SystemExit:
-        raise
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
-    except Exception as exc:  # click usage errors and friends
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(1)
-        if isinstance(exc, click.exceptions.Exit):
-            sys.exit(exc.exit_code)
-        raise
 
 
 __all__ = ["app", "main"]
