@@ -1,5 +1,6 @@
-"""Options shared by solve, estimate and validate, declared once (typer Annotated aliases), and
-the helpers that turn them into library objects. A given value pins a knob; None leaves it to solve."""
+"""Options shared by solve, estimate and validate, declared once (typer Annotated aliases),
+and the helpers that turn them into library objects. A given value pins a knob; None leaves it
+to solve."""
 
 from __future__ import annotations
 
@@ -22,25 +23,44 @@ class PrecisionChoice(str, Enum):
     fp8 = "fp8"
 
 
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in name/alias, spec YAML, or HF config.json.")]
-ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="NxGPU, NODESxPERNODExGPU, or a cluster YAML.")]
-SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", min=1, help="Tokens per sequence (default: the model's).")]
+ModelOpt = Annotated[
+    str, typer.Option("--model", "-m", help="Built-in name/alias, spec YAML, or HF config.json.")
+]
+ClusterOpt = Annotated[
+    str, typer.Option("--cluster", "-c", help="NxGPU, NODESxPERNODExGPU, or a cluster YAML.")
+]
+SeqLenOpt = Annotated[
+    int | None, typer.Option("--seq-len", min=1, help="Tokens per sequence (default: the model's).")
+]
 GlobalBatchOpt = Annotated[
-    int | None, typer.Option("--global-batch", min=1, help="Sequences per optimizer step (default: the model's).")
+    int | None,
+    typer.Option(
+        "--global-batch", min=1, help="Sequences per optimizer step (default: the model's)."
+    ),
 ]
 TpOpt = Annotated[int | None, typer.Option("--tp", min=1, help="Tensor-parallel degree.")]
 PpOpt = Annotated[int | None, typer.Option("--pp", min=1, help="Pipeline-parallel degree.")]
 DpOpt = Annotated[int | None, typer.Option("--dp", min=1, help="Data-parallel degree.")]
 CpOpt = Annotated[int | None, typer.Option("--cp", min=1, help="Context-parallel degree.")]
 EpOpt = Annotated[int | None, typer.Option("--ep", min=1, help="Expert-parallel degree (MoE).")]
-VppOpt = Annotated[int | None, typer.Option("--vpp", min=1, help="Virtual stages per GPU (interleaved 1F1B); 1 = 1F1B.")]
+VppOpt = Annotated[
+    int | None,
+    typer.Option("--vpp", min=1, help="Virtual stages per GPU (interleaved 1F1B); 1 = 1F1B."),
+]
 MbsOpt = Annotated[int | None, typer.Option("--mbs", min=1, help="Micro-batch size, sequences.")]
-ZeroOpt = Annotated[int | None, typer.Option("--zero", min=0, max=3, help="ZeRO stage / FSDP sharding (0-3).")]
-RecomputeOpt = Annotated[RecomputeChoice | None, typer.Option("--recompute", help="Activation recomputation.")]
-SpOpt = Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism alongside TP.")]
+ZeroOpt = Annotated[
+    int | None, typer.Option("--zero", min=0, max=3, help="ZeRO stage / FSDP sharding (0-3).")
+]
+RecomputeOpt = Annotated[
+    RecomputeChoice | None, typer.Option("--recompute", help="Activation recomputation.")
+]
+SpOpt = Annotated[
+    bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism alongside TP.")
+]
 PrecisionOpt = Annotated[PrecisionChoice, typer.Option("--precision", help="Matmul precision.")]
 ProfileOpt = Annotated[
-    Path | None, typer.Option("--profile", help="GPU profile YAML (from `planner profile` or `calibrate`).")
+    Path | None,
+    typer.Option("--profile", help="GPU profile YAML (from `planner profile` or `calibrate`)."),
 ]
 CsvOpt = Annotated[Path | None, typer.Option("--csv", help="Write the plan(s) as CSV here.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]

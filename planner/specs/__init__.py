@@ -1,4 +1,5 @@
-"""Validated inputs: model specs, GPU profiles, clusters, jobs (pydantic v2, frozen, extra=forbid)."""
+"""Validated inputs: model specs, GPU profiles, clusters, jobs (pydantic v2, frozen,
+extra=forbid)."""
 
 from planner.specs.hardware import GIB, ClusterSpec, Curve, GpuProfile, JobSpec, LinkProfile
 from planner.specs.model import ModelSpec
