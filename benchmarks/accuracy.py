@@ -219,7 +219,7 @@ def source_table(frame: pd.DataFrame, tuned: Sequence[str]) -> pd.DataFrame:
     out = []
     groups = [(s, g) for s, g in frame.groupby("source", sort=True)]
     untuned = frame[~frame["source"].isin(tuned)]
-    groups.append(("ALL untuned", untuned))
+    groups.append(("ALL untuned" if tuned else "ALL", untuned))
     if tuned:
         groups.append(("ALL tuned", frame[frame["source"].isin(tuned)]))
     for name, g in groups:
