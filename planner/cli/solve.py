@@ -13,6 +13,7 @@ dominates it, which pin or limit binds) and exits 1; pins no valid layout can ho
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -43,6 +44,22 @@ from planner.cli.options import (
 )
 
 TopOpt = Annotated[int, typer.Option("--top", min=1, help="How many ranked plans to show/write.")]
+CalibrateOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--calibrate",
+        min=1,
+        help="Closed loop: validate the top N plans here (torchrun), refit the profile, re-rank.",
+    ),
+]
+RunsOpt = Annotated[
+    Path,
+    typer.Option("--runs", help="With --calibrate: run records are appended here."),
+]
+ProfileOutOpt = Annotated[
+    Path | None,
+    typer.Option("--profile-out", help="With --calibrate: write the fitted profile here."),
+]
 
 
 @app.command("solve")
@@ -66,6 +83,9 @@ def solve_cmd(
     top: TopOpt = 10,
     csv: CsvOpt = None,
     as_json: JsonOpt = False,
+    calibrate: CalibrateOpt = None,
+    runs: RunsOpt = Path("runs.jsonl"),
+    profile_out: ProfileOutOpt = None,
 ) -> None:
     """Search the layouts (CP-SAT) and print the best that fit, ranked by predicted step time."""
     from planner.search import solve
@@ -76,7 +96,15 @@ def solve_cmd(
     pins = layout_pins(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp
     )
-    plans = solve(model_spec, cluster_spec, job, pins, top_k=top)
+    loop = None
+    if calibrate is not None:
+        from planner.calibrate import closed_loop
+
+        loop = closed_loop(model_spec, cluster_spec, job, pins, calibrate, runs, top_k=top,
+                           profile_out=profile_out)
+        plans = loop.plans_after
+    else:
+        plans = solve(model_spec, cluster_spec, job, pins, top_k=top)
     from planner import report
 
     if csv is not None:
@@ -94,5 +122,28 @@ def solve_cmd(
         + (f"; pinned {pinned}" if pinned else "")
     )
     report.print_plans_table(plans, console, title=title)
+    from planner.calibrate.bands import plans_indistinguishable
+
+    tied = plans_indistinguishable(plans)
+    if tied > 1:
+        best = plans[0].estimate
+        rel = (best.step_time_high_s - best.step_time_low_s) / (2 * best.step_time_s)
+        console.print(
+            f"plans 1-{tied} cannot be told apart: their step times lie within the profile's "
+            f"+/-{rel:.0%} band of the best" if rel else f"plans 1-{tied} tie on step time"
+        )
+    if loop is not None:
+        from planner.calibrate.report import print_fit
+
+        before, after = loop.plans_before[0].layout, loop.plans_after[0].layout
+        print_fit(loop.fit, console, loop.skipped)
+        console.print(
+            f"calibrated on {len(loop.validated)} validated plan(s); records in {loop.runs_path}"
+            + (f", fitted profile in {loop.profile_path}" if loop.profile_path else "")
+        )
+        console.print(
+            f"winner changed: {before} -> {after}" if loop.winner_changed
+            else f"winner unchanged: {after}"
+        )
     if csv is not None:
         console.print(f"wrote {csv}")
