@@ -142,6 +142,24 @@ def recompute_of(text: str | None) -> str | None:
     return None
 
 
+def recipe_of(framework: str, notes: str) -> dict[str, str]:
+    """JobSpec attention / grad_dtype a row's software implies (rules by framework, not by row).
+
+    Unfused attention: Megatron-DeepSpeed (BLOOM, 2022) and Megatron-LM builds dated before 2023
+    (FlashAttention was published in May 2022 and reached Megatron-LM in 2023). Gradients:
+    DeepSpeed's fp16/bf16 ZeRO-1 keeps 16-bit gradients ("half"); its BF16_Optimizer, where the
+    row names it, adds an unsharded fp32 accumulator ("half+fp32"). Everything else keeps the
+    JobSpec defaults (flash, Megatron/FSDP gradients by ZeRO stage)."""
+    out: dict[str, str] = {}
+    years = [int(y) for y in re.findall(r"\b(20\d\d)\b", framework)]
+    deepspeed = "deepspeed" in framework.lower()
+    if deepspeed or ("megatron" in framework.lower() and years and max(years) <= 2022):
+        out["attention"] = "unfused"
+    if deepspeed:
+        out["grad_dtype"] = "half+fp32" if "BF16_Optimizer" in notes else "half"
+    return out
+
+
 def model_from_row(row: dict[str, Any]) -> ModelSpec:
     """A ModelSpec from the table's architecture columns. The MLP type is not a column: both
     candidates (SwiGLU, 3 matrices; GELU, 2) are built and the one whose parameter count is closer
@@ -222,7 +240,8 @@ def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] |
     seq, gbs = _int(row.get("seq_len")), _int(row.get("global_batch"))
     if not seq or not gbs:
         raise SpecError("row lacks seq_len or global_batch")
-    job = JobSpec(seq_len=seq, global_batch=gbs, precision=precision)
+    job = JobSpec(seq_len=seq, global_batch=gbs, precision=precision,
+                  **recipe_of(str(row.get("framework", "")), str(row.get("notes", ""))))
     pins: dict[str, Any] = {}
     for col, knob in (("tp", "tp"), ("pp", "pp"), ("dp", "dp"), ("cp", "cp"), ("vpp", "vpp"),
                       ("micro_batch", "mbs")):

@@ -6,7 +6,8 @@ per-micro-batch time on each, and reports the most loaded GPU's memory and the s
 time. Step time (seconds per optimizer step), with m = grad_accum micro-batches per DP rank:
 
     step = m x (compute + tp + cp + ep comm per micro-batch of the slowest stage)
-         + bubble ((pp-1)/vpp x that stage's per-micro-batch time; Narayanan 2021)
+         + bubble ((pp-1)/vpp x that stage's per-micro-batch time when m >= pp, Narayanan
+           2021; pipeline.bubble_slots for m < pp)
          + pipeline p2p (2 sends per micro-batch chunk and per fill/drain hop)
          + exposed DP communication + optimizer step + profile.step_overhead_s
 
@@ -133,9 +134,12 @@ def estimate_batch(
     col = (slice(None), None)  # broadcast (N,) against (N, C)
 
     # ---- time per micro-batch, per layer kind --------------------------------------------
-    dense_t = compute.layer_forward_times(model, gpu, job.precision, False, tokens, tp, ep, sp, s)
+    kind = job.attention
+    dense_t = compute.layer_forward_times(
+        model, gpu, job.precision, False, tokens, tp, ep, sp, s, kind
+    )
     moe_t = (
-        compute.layer_forward_times(model, gpu, job.precision, True, tokens, tp, ep, sp, s)
+        compute.layer_forward_times(model, gpu, job.precision, True, tokens, tp, ep, sp, s, kind)
         if model.is_moe
         else dense_t
     )
@@ -151,9 +155,8 @@ def estimate_batch(
     attn_core = st["n_dense"] * dense_t.attention[col] + st["n_moe"] * moe_t.attention[col]
     layer_fwd = st["n_dense"] * dense_t.total[col] + st["n_moe"] * moe_t.total[col]
     recomp = np.where((rc == 1)[col], attn_core, 0.0) + np.where((rc == 2)[col], layer_fwd, 0.0)
-    bwd = (
-        compute.BACKWARD_FACTOR * (fwd - attn_core) + compute.ATTENTION_BACKWARD_FACTOR * attn_core
-    )
+    attn_bwd = compute.attention_backward_factor(kind)
+    bwd = compute.BACKWARD_FACTOR * (fwd - attn_core) + attn_bwd * attn_core
     compute_mb = fwd + bwd + recomp
 
     # TP: 2 all-reduces (or AG + RS with SP) per layer in forward, 2 in backward, 2 more when
@@ -184,7 +187,7 @@ def estimate_batch(
     cp_cross = comm.Group(cluster, cp, tp).crosses
     cp_send = comm.p2p_time(cluster, kv_bytes, cp_cross) * (cp - 1)
     cp_fwd = np.maximum(cp_send - dense_t.attention, 0.0)
-    cp_bwd = np.maximum(2 * cp_send - compute.ATTENTION_BACKWARD_FACTOR * dense_t.attention, 0.0)
+    cp_bwd = np.maximum(2 * cp_send - attn_bwd * dense_t.attention, 0.0)
     cp_layer = np.where(cp > 1, cp_fwd * (1 + (rc == 2)) + cp_bwd, 0.0)
     cp_mb = layers * cp_layer[col]
 
@@ -218,7 +221,7 @@ def estimate_batch(
     time_tp = m * at(tp_mb)
     time_cp = m * at(cp_mb)
     time_ep = m * at(ep_mb)
-    bubble = (pp - 1) / vpp * at(stage_mb)
+    bubble = pipeline.bubble_slots(pp, vpp, m) * at(stage_mb)
     p2p_bytes = tokens * model.hidden_size * 2 / np.where(sp, tp, 1.0)
     pp_cross = comm.Group(cluster, pp, tp * cp * dp).crosses
     time_pp_comm = np.where(
@@ -230,8 +233,8 @@ def estimate_batch(
     p_exp = st["p_expert"] / (ep * tp)[col]
     d_dense = dp * cp  # ZeRO / distributed optimizer shard over the data-parallel group with CP
     d_exp = np.maximum(dp * cp / ep, 1.0)  # expert-data-parallel group
-    wd, gd, od = memory.param_state_arrays(zero, d_dense)
-    we, ge, oe = memory.param_state_arrays(zero, d_exp)
+    wd, gd, od = memory.param_state_arrays(zero, d_dense, job.grad_dtype)
+    we, ge, oe = memory.param_state_arrays(zero, d_exp, job.grad_dtype)
     mem_w = p_dense * wd[col] + p_exp * we[col]
     mem_g = p_dense * gd[col] + p_exp * ge[col]
     mem_o = p_dense * od[col] + p_exp * oe[col]
@@ -239,7 +242,7 @@ def estimate_batch(
     # ---- DP communication (per step), on the stage holding the most parameters ------------
     heavy = np.argmax(p_dense + p_exp, axis=1)
     pd_h, pe_h = at(p_dense, heavy), at(p_exp, heavy)
-    grad_w = memory.GRAD_BYTES_BY_ZERO[zero]
+    grad_w = memory.grad_reduce_bytes(zero, job.grad_dtype)
     # one layer's bf16 params, the FSDP / ZeRO-3 unit (experts sharded over ep as well)
     unit_all = (st["max_layer_params"] + st["max_layer_experts"] / ep[col]) / tp[col] * 2.0
     unit = at(unit_all, heavy)
@@ -289,9 +292,12 @@ def estimate_batch(
 
     # ---- activations ----------------------------------------------------------------------
     keys = s / cp
-    act_d = memory.activation_per_token(memory.layer_activation(model, False), tp, sp, rc, keys)
+    flash = kind == "flash"
+    act_d = memory.activation_per_token(
+        memory.layer_activation(model, False), tp, sp, rc, keys, flash
+    )
     act_m = (
-        memory.activation_per_token(memory.layer_activation(model, True), tp, sp, rc, keys)
+        memory.activation_per_token(memory.layer_activation(model, True), tp, sp, rc, keys, flash)
         if model.is_moe
         else act_d
     )
@@ -305,10 +311,12 @@ def estimate_batch(
     head_extra = tokens * (2 * 2 * h / rep_div + memory.LOGIT_BYTES * voc / tp)
     # full recompute rebuilds one layer's activations (one micro-batch) during its backward
     full_d = memory.full_layer_activation_per_token(
-        memory.layer_activation(model, False), tp, sp, keys
+        memory.layer_activation(model, False), tp, sp, keys, flash
     )
     full_m = (
-        memory.full_layer_activation_per_token(memory.layer_activation(model, True), tp, sp, keys)
+        memory.full_layer_activation_per_token(
+            memory.layer_activation(model, True), tp, sp, keys, flash
+        )
         if model.is_moe
         else full_d
     )

@@ -7,6 +7,32 @@ from planner.layout import Layout
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 
+def tp_allowed(model: ModelSpec, cluster: ClusterSpec, tp: int) -> bool:
+    """tp within the scale-up domain, dividing the query heads, and dividing or a multiple of the
+    key/value heads (Megatron replicates KV heads when tp > kv)."""
+    heads, kv = model.num_attention_heads, model.kv_heads
+    return tp <= cluster.domain_gpus and heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
+
+
+def cp_allowed(job: JobSpec, cp: int) -> bool:
+    """cp divides the sequence with an even chunk per rank (causal load balancing)."""
+    return job.seq_len % cp == 0 and (cp == 1 or (job.seq_len // cp) % 2 == 0)
+
+
+def vpp_allowed(num_layers: int, pp: int, vpp: int) -> bool:
+    """Interleaving (vpp > 1) needs pp > 1 and pp*vpp chunks dividing the layers, or the layers
+    + 2 (Megatron's account_for_embedding/loss_in_pipeline_split)."""
+    if vpp == 1:
+        return True
+    chunks = pp * vpp
+    return pp > 1 and (num_layers % chunks == 0 or (num_layers + 2) % chunks == 0)
+
+
+def interleave_batch_allowed(pp: int, vpp: int, grad_accum: int) -> bool:
+    """Megatron's interleaved schedule needs the micro-batches per step divisible by pp."""
+    return vpp == 1 or grad_accum % pp == 0
+
+
 def layout_violations(
     model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout
 ) -> list[str]:
@@ -41,10 +67,10 @@ def layout_violations(
     if lo.vpp > 1:
         if lo.pp == 1:
             out.append(f"vpp={lo.vpp} needs pp > 1 (interleaving splits pipeline stages)")
-        elif lo.pp * lo.vpp > L + 2:
+        elif not vpp_allowed(L, lo.pp, lo.vpp):
             out.append(
-                f"pp*vpp = {lo.pp * lo.vpp} model chunks exceed the {L} layers + 2 "
-                "(embedding and loss may each take a chunk's slot)"
+                f"pp*vpp = {lo.pp * lo.vpp} model chunks divide neither the {L} layers nor "
+                f"the layers + 2 (embedding and loss each taking a chunk's slot)"
             )
     per_step = lo.mbs * lo.dp
     if job.global_batch % per_step:
@@ -52,9 +78,14 @@ def layout_violations(
             f"global batch {job.global_batch} is not divisible by mbs*dp = "
             f"{lo.mbs}*{lo.dp} = {per_step}"
         )
+    elif not interleave_batch_allowed(lo.pp, lo.vpp, job.global_batch // per_step):
+        out.append(
+            f"vpp={lo.vpp} needs the {job.global_batch // per_step} micro-batches per step "
+            f"(grad_accum) divisible by pp={lo.pp} (Megatron's interleaved schedule)"
+        )
     if job.seq_len % lo.cp:
         out.append(f"cp={lo.cp} does not divide the sequence length {job.seq_len}")
-    elif lo.cp > 1 and (job.seq_len // lo.cp) % 2:
+    elif not cp_allowed(job, lo.cp):
         out.append(
             f"cp={lo.cp} needs an even chunk per rank (s/cp = {job.seq_len // lo.cp}; "
             "causal load balancing splits it in two)"

@@ -26,6 +26,12 @@ BACKWARD_FACTOR = 2.0  # backward / forward time of GEMMs (dgrad + wgrad) and el
 # Flash attention's backward runs 5 matmuls (it recomputes QK^T, then dV, dP, dQ, dK) against 2
 # in forward: 2.5x the forward time at equal efficiency (Dao 2023, FlashAttention-2, sec. 3.1.2).
 ATTENTION_BACKWARD_FACTOR = 2.5
+
+
+def attention_backward_factor(attention_kind: str) -> float:
+    """Backward / forward time of the attention core: flash 2.5 (above); unfused 2 (its GEMMs'
+    dgrad + wgrad, and the softmax backward reads two tensors and writes one)."""
+    return ATTENTION_BACKWARD_FACTOR if attention_kind == "flash" else BACKWARD_FACTOR
 # Element-wise bytes per token per layer in forward, read + write at 2 bytes/element: each norm
 # reads and writes h (2 x 2h x 2 B), each residual add reads 2h and writes h (2 x 3h x 2 B).
 NORM_RESIDUAL_BYTES_PER_H = 2 * 2 * 2 + 2 * 3 * 2  # = 20 h bytes, divided by t with SP only
@@ -68,10 +74,46 @@ def attention_peak(gpu: GpuProfile, precision: str) -> float:
     return gpu.peak_flops("fp16" if precision == "fp16" else "bf16")
 
 
+# Unfused attention (Megatron 2021-22, JobSpec.attention="unfused"): bytes moved per score
+# element of the s x s tensors in forward, 16-bit: QK^T writes it (2 B) and AV reads it (2 B);
+# the fused scale-mask-softmax kernel reads and writes it (2 + 2 B) (Korthikanti 2022 sec. 4.1:
+# the score tensors are materialized; their element-wise work is memory-bound).
+UNFUSED_BMM_BYTES_PER_SCORE = 4.0
+UNFUSED_SOFTMAX_BYTES_PER_SCORE = 4.0
+
+
+def unfused_attention_time(
+    model: ModelSpec, gpu: GpuProfile, precision: str, tokens, tp, seq_len: int
+) -> np.ndarray:
+    """Forward seconds of unfused attention for `tokens` local tokens: the QK^T and AV batched
+    GEMMs over the full (non-causal) s x s square at the 16-bit GEMM curve (read at one batched
+    call's FLOP), bounded below by their score-tensor traffic at HBM bandwidth, plus the
+    memory-bound softmax."""
+    tokens = np.asarray(tokens, dtype=float)
+    tp = np.asarray(tp, dtype=float)
+    scores = tokens * seq_len * model.num_attention_heads / tp
+    flop = model.attention_flops_per_token(seq_len, causal=False) / model.num_hidden_layers
+    flop = flop * tokens / tp
+    peak = attention_peak(gpu, precision)
+    bmm = 2 * _gemm_time(flop / 2, peak, gpu.gemm_efficiency)
+    bmm = np.maximum(bmm, UNFUSED_BMM_BYTES_PER_SCORE * scores / gpu.hbm_bytes_per_s)
+    return bmm + UNFUSED_SOFTMAX_BYTES_PER_SCORE * scores / gpu.hbm_bytes_per_s
+
+
 def layer_forward_times(
-    model: ModelSpec, gpu: GpuProfile, precision: str, moe: bool, tokens, tp, ep, sp, seq_len: int
+    model: ModelSpec,
+    gpu: GpuProfile,
+    precision: str,
+    moe: bool,
+    tokens,  # noqa: ANN001
+    tp,  # noqa: ANN001
+    ep,  # noqa: ANN001
+    sp,  # noqa: ANN001
+    seq_len: int,
+    attention_kind: str = "flash",
 ) -> LayerTimes:
-    """Forward time of one transformer layer for `tokens` local tokens (mbs x s / cp) per rank."""
+    """Forward time of one transformer layer for `tokens` local tokens (mbs x s / cp) per rank;
+    attention_kind is JobSpec.attention (flash or unfused)."""
     peak, curve = matmul_peak_and_curve(gpu, precision)
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
@@ -107,10 +149,13 @@ def layer_forward_times(
         gemm = gemm + _gemm_time(2 * tokens * h * ffn / tp, peak, curve)
         ffn_local = ffn
         permute = 0.0
-    attn_flop = model.attention_flops_per_token(seq_len, causal=True) / model.num_hidden_layers
-    attention = (
-        attn_flop * tokens / tp / (attention_peak(gpu, precision) * gpu.attention_efficiency)
-    )
+    if attention_kind == "unfused":
+        attention = unfused_attention_time(model, gpu, precision, tokens, tp, seq_len)
+    else:
+        attn_flop = model.attention_flops_per_token(seq_len, causal=True) / model.num_hidden_layers
+        attention = (
+            attn_flop * tokens / tp / (attention_peak(gpu, precision) * gpu.attention_efficiency)
+        )
     # element-wise: norms + residuals (replicated across TP unless SP), rotary on q and k,
     # the activation function (reads its inputs, writes ffn), all at 2 bytes/element
     rep_div = np.where(sp, tp, 1.0)

@@ -130,3 +130,15 @@ def bubble_fraction(pp, vpp, m, schedule: Schedule = "1f1b"):  # noqa: ANN001, A
     seed 001 Ex 9.6 uses; the fraction of the whole step is (p-1)/(v m + p - 1)."""
     v = 1 if schedule == "gpipe" else vpp
     return (np.asarray(pp) - 1) / (np.asarray(v) * np.asarray(m))
+
+
+def bubble_slots(pp, vpp, m):  # noqa: ANN001, ANN201
+    """Idle time of the slowest stage per step, in units of its per-micro-batch time.
+
+    m >= pp: (pp - 1) / vpp (Narayanan 2021 sec. 2.2.2). m < pp: a round of chunks cannot start
+    again before its first micro-batch has crossed all pp stages, so each of the vpp rounds
+    takes pp chunk slots instead of m: step = vpp pp + m - 1 chunk slots of t/vpp against
+    m vpp busy ones, i.e. bubble = (pp - m) + (m - 1) / vpp (equal to pp - 1 when vpp = 1, and
+    to the formula above at m = pp)."""
+    pp, vpp, m = (np.asarray(x, dtype=float) for x in (pp, vpp, m))
+    return np.maximum(pp - m, 0.0) + (np.minimum(m, pp) - 1) / vpp

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.costmodel import checks
 from planner.search.problem import (
     BatchCost,
     Space,
@@ -41,15 +42,13 @@ def enumerate_structures(
                     if (dp * cp) % ep:
                         continue
                     for vpp in d.vpp:
-                        if vpp > 1 and (
-                            pp == 1 or (layers % (pp * vpp) and (layers + 2) % (pp * vpp))
-                        ):
+                        if not checks.vpp_allowed(layers, pp, vpp):
                             continue
                         for mbs in d.mbs:
                             if batch % (mbs * dp):
                                 continue
-                            if vpp > 1 and (batch // (mbs * dp)) % pp:
-                                continue  # interleaving needs grad_accum divisible by pp
+                            if not checks.interleave_batch_allowed(pp, vpp, batch // (mbs * dp)):
+                                continue
                             out.append((tp, pp, dp, cp, ep, vpp, mbs))
     return sorted(out)
 

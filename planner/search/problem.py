@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.costmodel import checks
 from planner.errors import SpecError
 from planner.layout import Layout, group_span_nodes
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
@@ -112,13 +113,13 @@ def knob_domains(
     model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: Mapping[str, Any]
 ) -> Domains:
     """Per-knob domains of the space (module docstring), pinned values added where possible."""
-    heads, kv, n = model.num_attention_heads, model.kv_heads, cluster.num_gpus
+    n = cluster.num_gpus
 
     def tp_ok(t: int) -> bool:
-        return t <= cluster.domain_gpus and heads % t == 0 and (kv % t == 0 or t % kv == 0)
+        return checks.tp_allowed(model, cluster, t)
 
     def cp_ok(c: int) -> bool:
-        return job.seq_len % c == 0 and (c == 1 or (job.seq_len // c) % 2 == 0)
+        return checks.cp_allowed(job, c)
 
     tp = [t for t in _powers_of_two(min(cluster.domain_gpus, n)) if tp_ok(t)]
     cp = [c for c in _powers_of_two(n) if cp_ok(c)] if job.seq_len >= CP_MIN_SEQ_LEN else [1]

@@ -246,6 +246,21 @@ class JobSpec(BaseModel):
     precision: Literal["bf16", "fp16", "fp8"] = Field(
         default="bf16", description="Matmul precision; master weights and Adam state stay fp32."
     )
+    grad_dtype: Literal["auto", "half", "fp32", "half+fp32"] = Field(
+        default="auto",
+        description=(
+            "Gradient bytes per parameter. auto: by ZeRO stage (Megatron fp32 main grads 4 B at "
+            "ZeRO 0/1, 2 B at ZeRO 2/3); half: 2 B (DeepSpeed fp16/bf16 ZeRO-1); fp32: 4 B; "
+            "half+fp32: 2 B plus an unsharded 4 B fp32 accumulator (DeepSpeed BF16_Optimizer)."
+        ),
+    )
+    attention: Literal["flash", "unfused"] = Field(
+        default="flash",
+        description=(
+            "Attention kernel: flash (fused, no s x s tensors kept) or unfused (Megatron 2021-22: "
+            "score tensors kept, softmax memory-bound, QK^T and AV as batched GEMMs)."
+        ),
+    )
 
     @property
     def tokens_per_step(self) -> int:

@@ -27,7 +27,11 @@ def test_valid_layout_has_no_violations():
     (dict(tp=8, pp=4, dp=2), "= 64, but the cluster has 128 GPUs"),
     (dict(tp=16, pp=2, dp=4), "exceeds the 8 GPUs of one NVLink domain"),
     (dict(tp=1, pp=128, dp=1), "pp=128 exceeds the 80 layers"),
-    (dict(tp=8, pp=8, dp=2, vpp=11), "pp*vpp = 88 model chunks exceed the 80 layers + 2"),
+    (dict(tp=8, pp=8, dp=2, vpp=11), "pp*vpp = 88 model chunks divide neither the 80 layers"),
+    # 12 chunks: 80 % 12 = 8 and 82 % 12 = 10 (Megatron refuses the uneven interleaved split)
+    (dict(tp=8, pp=4, dp=4, vpp=3), "pp*vpp = 12 model chunks divide neither the 80 layers"),
+    # 1024 / (128 x 4) = 2 micro-batches, not a multiple of pp = 4
+    (dict(tp=8, pp=4, dp=4, vpp=2, mbs=128), "2 micro-batches per step (grad_accum) divisible"),
     (dict(tp=8, pp=1, dp=16, vpp=2), "vpp=2 needs pp > 1"),
     (dict(tp=8, pp=4, dp=4, mbs=3), "global batch 1024 is not divisible by mbs*dp"),
     (dict(tp=8, pp=4, dp=4, ep=2), "needs a mixture-of-experts model"),
@@ -55,3 +59,20 @@ def test_estimate_raises_layout_error_with_all_reasons():
         estimate(MODEL, CLUSTER, JOB, Layout(tp=16, pp=4, dp=4, mbs=3))
     text = str(err.value)
     assert "NVLink domain" in text and "= 256, but the cluster has 128 GPUs" in text
+
+
+def test_interleaving_accepts_layers_plus_two():
+    # a 126-layer model (Llama 3 405B): pp 16 x vpp 8 = 128 chunks = 126 + 2
+    big = MODEL.model_copy(update={"num_hidden_layers": 126})
+    lo = Layout(tp=8, pp=16, dp=1, vpp=8, mbs=1)
+    assert layout_violations(big, CLUSTER, JOB, lo) == []
+
+
+def test_search_rules_come_from_checks():
+    from planner.costmodel import checks
+    from planner.search.exhaustive import enumerate_structures
+
+    for tp, pp, dp, cp, _ep, vpp, mbs in enumerate_structures(MODEL, CLUSTER, JOB, {}):
+        lo = Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs)
+        assert layout_violations(MODEL, CLUSTER, JOB, lo) == [], lo
+    assert checks.vpp_allowed(80, 4, 2) and not checks.vpp_allowed(80, 4, 3)

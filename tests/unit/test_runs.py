@@ -16,6 +16,7 @@ from planner.runs import (
     load_runs,
     load_table,
     precision_of,
+    recipe_of,
     step_time_of,
     zero_of,
 )
@@ -127,3 +128,23 @@ def test_validate_records(tmp_path):
     assert len(runs) == 1 and len(skipped) == 1 and "rank 1 exited" in skipped[0].reason
     assert runs[0].layout == Layout(tp=2, dp=2)
     assert runs[0].cluster.num_gpus == 4 and runs[0].model.hidden_size == 64
+
+
+def test_recipe_follows_the_framework():
+    """Rules by framework: Megatron-DeepSpeed 2022 and Megatron-LM 2021 predate flash attention;
+    DeepSpeed keeps 16-bit grads, plus an fp32 accumulator with its BF16_Optimizer."""
+    assert recipe_of("Megatron-DeepSpeed", "Precision not stated (pre BF16-optimizer).") == {
+        "attention": "unfused", "grad_dtype": "half"}
+    assert recipe_of("Megatron-DeepSpeed", "BF16 with new BF16_Optimizer (fp32 grad ...)") == {
+        "attention": "unfused", "grad_dtype": "half+fp32"}
+    assert recipe_of("Megatron-LM (commit 8aa4619, 2021)", "") == {"attention": "unfused"}
+    assert recipe_of("NeMo Megatron 24.11 (Megatron-Core)", "") == {}
+    assert recipe_of("Megatron-Bridge / NeMo 26.06 (Megatron-Core)", "") == {}
+    assert recipe_of("MosaicML Composer/llm-foundry (PyTorch FSDP)", "") == {}
+
+
+def test_bloom_rows_carry_the_deepspeed_recipe(table):
+    runs, _ = table
+    bloom = [r for r in runs.values() if r.source_id == "bloom_prequel"]
+    assert bloom and all(r.job.attention == "unfused" for r in bloom)
+    assert {r.job.grad_dtype for r in bloom} == {"half", "half+fp32"}

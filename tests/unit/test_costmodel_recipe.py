@@ -1,0 +1,83 @@
+"""Job-level recipes: gradient dtype (JobSpec.grad_dtype) and attention kernel
+(JobSpec.attention), checked against hand computations on flat profiles."""
+
+from __future__ import annotations
+
+import pytest
+from costmodel_fixtures import cluster, flat_gpu, gpt3_175b, job, llama_like
+
+from planner.costmodel import estimate, pipeline
+from planner.layout import Layout
+from planner.specs import GIB
+
+
+@pytest.mark.parametrize("grad_dtype,zero,bytes_per_param", [
+    ("auto", 1, 4.0),  # Megatron distributed optimizer: fp32 main grads
+    ("half", 1, 2.0),  # DeepSpeed fp16 ZeRO-1: 16-bit grads, not sharded (ZeRO paper: 2 + 2)
+    ("half+fp32", 1, 6.0),  # BF16_Optimizer: + 4 B/param unsharded fp32 accumulator
+    ("fp32", 2, 4.0 / 8),  # ZeRO-2 shards 4-byte grads over dp = 8
+    ("half+fp32", 2, 2.0 / 8 + 4.0),  # the accumulator stays whole
+])
+def test_grad_bytes_per_param(grad_dtype, zero, bytes_per_param):
+    model = llama_like()
+    gpu = flat_gpu(memory_gib=1000)
+    lo = Layout(tp=8, pp=1, dp=8, mbs=1, zero=zero, recompute="full", sp=True)
+    est = estimate(model, cluster(gpu, 64), job(model, grad_dtype=grad_dtype), lo)
+    p = model.num_params / 8 / GIB  # GiB per byte-per-param on one GPU
+    assert est.mem_grads_gb == pytest.approx(bytes_per_param * p)
+    assert est.mem_optimizer_gb == pytest.approx(12 * p / 8)
+
+
+def test_unfused_attention_keeps_the_score_tensors():
+    """GPT-3 175B, t = 8, pp = 1, one micro-batch, no recompute: unfused attention stores the
+    softmax output, 2 bytes x a heads x s keys per token (Korthikanti Table 2's 5as/h less the
+    dropout mask and dropout output: dropout is off), instead of flash's fp32 log-sum-exp (4a)."""
+    model = gpt3_175b()
+    gpu = flat_gpu(memory_gib=10_000)
+    s, a, L, t = 2048, 96, 96, 8
+    lo = Layout(tp=t, pp=1, dp=1, mbs=1, zero=0, recompute="none", sp=True)
+    cl = cluster(gpu, 8)
+    flash = estimate(model, cl, job(model, global_batch=1), lo)
+    unfused = estimate(model, cl, job(model, global_batch=1, attention="unfused"), lo)
+    extra = s * L * (2 * a * s - 4 * a) / t
+    assert (unfused.mem_activations_gb - flash.mem_activations_gb) * GIB == pytest.approx(extra)
+    sel = Layout(tp=t, pp=1, dp=1, mbs=1, zero=0, recompute="selective", sp=True)
+    assert estimate(model, cl, job(model, global_batch=1, attention="unfused"),
+                    sel).mem_activations_gb == pytest.approx(
+        estimate(model, cl, job(model, global_batch=1), sel).mem_activations_gb)
+
+
+def test_unfused_attention_time_by_hand():
+    """Flat GPU (100 TFLOP/s x 0.5, HBM 1 TB/s): per layer and micro-batch, forward = QK^T + AV
+    over the full s x s square (4 s^2 a d FLOP / t, not halved by causality) at the GEMM rate,
+    + softmax traffic 4 B per score; backward 2x. Flash instead: causal half at the attention
+    rate, backward 2.5x. The compute difference is the attention difference."""
+    model = gpt3_175b()
+    gpu = flat_gpu(tflops=100.0, eff=0.5)
+    s, a, d, L, t = 2048, 96, 128, 96, 8
+    lo = Layout(tp=t, pp=1, dp=1, mbs=1, zero=0, recompute="none", sp=True)
+    cl = cluster(gpu, 8)
+    flash = estimate(model, cl, job(model, global_batch=1), lo)
+    unfused = estimate(model, cl, job(model, global_batch=1, attention="unfused"), lo)
+    rate, hbm = 100e12 * 0.5, 1e12
+    scores = s * s * a / t
+    bmm = max(4 * s * s * a * d / t / rate, 4 * scores / hbm)  # flat curve: 2 calls = 1 rate
+    fwd_unfused = bmm + 4 * scores / hbm
+    fwd_flash = 2 * s * s * a * d / t / rate  # causal half of 4 s^2 a d
+    expected = L * (3 * fwd_unfused - 3.5 * fwd_flash)
+    assert unfused.time_compute_s - flash.time_compute_s == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("pp,vpp,m,expected", [
+    (4, 1, 8, 3.0),  # 1F1B: pp - 1 whatever m (Narayanan 2021)
+    (4, 1, 2, 3.0),
+    (4, 2, 8, 1.5),  # interleaved, m >= pp: (pp - 1) / vpp
+    (4, 2, 4, 1.5),
+    (4, 2, 1, 3.0),  # one micro-batch: interleaving cannot overlap anything
+    # m = 2 < pp = 4, vpp = 2: chunk slots of t/2: each of the 2 rounds waits pp = 4 slots for
+    # its first micro-batch, the last round ends m - 1 = 1 slot later: 9 slots = 4.5 t for 2 t
+    # of work -> 2.5 t idle
+    (4, 2, 2, 2.5),
+])
+def test_bubble_slots(pp, vpp, m, expected):
+    assert float(pipeline.bubble_slots(pp, vpp, m)) == pytest.approx(expected)
