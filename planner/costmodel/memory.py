@@ -59,21 +59,24 @@ def param_state_bytes(
     return float(w), float(g), float(o)
 
 
-# Gradient recipes (JobSpec.grad_dtype): bytes of the gradient that ZeRO shards, and bytes of an
-# extra unsharded fp32 accumulator. "half": DeepSpeed fp16/bf16 ZeRO-1 keeps 16-bit gradients
-# (ZeRO paper [S16]: ZeRO-1 = 2 + 2 + K/Nd); "half+fp32": DeepSpeed BF16_Optimizer accumulates
-# gradients in fp32, "extra 4 B/param unsharded" (BLOOM chronicles, published_runs rows 200-215).
-GRAD_RECIPES: dict[str, tuple[float | None, float]] = {
-    "auto": (None, 0.0),
-    "half": (2.0, 0.0),
-    "fp32": (4.0, 0.0),
-    "half+fp32": (2.0, 4.0),
+# Gradient recipes (JobSpec.grad_dtype): (bytes of the gradient that ZeRO shards by stage, bytes
+# of an unsharded fp32 accumulator, fp32 bytes sharded over d at every stage).
+#  "half": DeepSpeed fp16/bf16 ZeRO-1/2 keeps 16-bit gradients (ZeRO paper [S16]: ZeRO-1 =
+#    2 + 2 + K/Nd), and at the step casts its partition to an fp32 gradient for the fp32 master
+#    (DeepSpeed stage_1_and_2.py: single_partition_of_fp32_groups[i].grad): + 4/d.
+#  "half+fp32": DeepSpeed BF16_Optimizer accumulates gradients in fp32, "extra 4 B/param
+#    unsharded" (BLOOM chronicles, published_runs rows 200-215); the partition is a view of it.
+GRAD_RECIPES: dict[str, tuple[float | None, float, float]] = {
+    "auto": (None, 0.0, 0.0),
+    "half": (2.0, 0.0, 4.0),
+    "fp32": (4.0, 0.0, 0.0),
+    "half+fp32": (2.0, 4.0, 0.0),
 }
 
 
 def grad_reduce_bytes(zero, grad_dtype: str = "auto"):  # noqa: ANN001, ANN201
     """Bytes per gradient element the DP reduction sends (fp32 when an fp32 buffer exists)."""
-    width, extra = GRAD_RECIPES[grad_dtype]
+    width, extra, _ = GRAD_RECIPES[grad_dtype]
     if extra:
         return np.full(np.shape(zero), extra)
     return GRAD_BYTES_BY_ZERO[np.asarray(zero, dtype=int)] if width is None else np.full(
@@ -85,10 +88,10 @@ def param_state_arrays(zero, d, grad_dtype: str = "auto"):  # noqa: ANN001, ANN2
     """Vectorized param_state_bytes; grad_dtype a JobSpec recipe (GRAD_RECIPES)."""
     zero = np.asarray(zero, dtype=int)
     d = np.asarray(d, dtype=float)
-    width, extra = GRAD_RECIPES[grad_dtype]
+    width, extra, fp32_part = GRAD_RECIPES[grad_dtype]
     gb = GRAD_BYTES_BY_ZERO[zero] if width is None else np.full(zero.shape, width)
     w = np.where(WEIGHTS_SHARDED_BY_ZERO[zero], WEIGHT_BYTES / d, WEIGHT_BYTES)
-    g = np.where(GRADS_SHARDED_BY_ZERO[zero], gb / d, gb) + extra
+    g = np.where(GRADS_SHARDED_BY_ZERO[zero], gb / d, gb) + extra + fp32_part / d
     o = np.where(OPT_SHARDED_BY_ZERO[zero], OPTIMIZER_BYTES / d, OPTIMIZER_BYTES)
     return w, g, o
 
