@@ -142,21 +142,26 @@ def recompute_of(text: str | None) -> str | None:
     return None
 
 
-def recipe_of(framework: str, notes: str) -> dict[str, str]:
+def recipe_of(framework: str, notes: str) -> dict[str, str | bool]:
     """JobSpec attention / grad_dtype a row's software implies (rules by framework, not by row).
 
     Unfused attention: Megatron-DeepSpeed (BLOOM, 2022) and Megatron-LM builds dated before 2023
     (FlashAttention was published in May 2022 and reached Megatron-LM in 2023). Gradients:
     DeepSpeed's fp16/bf16 ZeRO-1 keeps 16-bit gradients ("half"); its BF16_Optimizer, where the
-    row names it, adds an unsharded fp32 accumulator ("half+fp32"). Everything else keeps the
-    JobSpec defaults (flash, Megatron/FSDP gradients by ZeRO stage)."""
-    out: dict[str, str] = {}
+    row names it, adds an unsharded fp32 accumulator ("half+fp32"). Gradient reduction after the
+    backward (grad_overlap False) for both. Everything else keeps the JobSpec defaults (flash,
+    Megatron/FSDP gradients by ZeRO stage, overlapped reduction)."""
+    out: dict[str, str | bool] = {}
     years = [int(y) for y in re.findall(r"\b(20\d\d)\b", framework)]
     deepspeed = "deepspeed" in framework.lower()
     if deepspeed or ("megatron" in framework.lower() and years and max(years) <= 2022):
         out["attention"] = "unfused"
     if deepspeed:
         out["grad_dtype"] = "half+fp32" if "BF16_Optimizer" in notes else "half"
+    if deepspeed or ("megatron-lm" in framework.lower() and years and max(years) <= 2021):
+        # DeepSpeed's pipeline engine reduces gradients in a ReduceGrads step after the last
+        # backward; Megatron-LM's 2021 "local" DDP all-reduced after the backward too.
+        out["grad_overlap"] = False
     return out
 
 
@@ -265,6 +270,12 @@ def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] |
         # schedule, and sequence parallelism (Korthikanti et al., May 2022) did not exist yet.
         pins.setdefault("vpp", 1)
         pins.setdefault("sp", False)
+    framework = str(row.get("framework", ""))
+    years = [int(y) for y in re.findall(r"\b(20\d\d)\b", framework)]
+    if framework.startswith("Megatron-LM") and years and max(years) <= 2021:
+        # Megatron-LM of 2021 had no distributed optimizer (--use-distributed-optimizer came in
+        # 2022) and no ZeRO: DDP with fp32 main gradients, i.e. ZeRO stage 0 here.
+        pins.setdefault("zero", 0)
     oom = is_oom_row(row)
     step = None if oom else step_time_of(row)
     if step is None and not oom:

@@ -284,7 +284,11 @@ def estimate_batch(
         default=m * (fwd_h + recomp_h + bwd_h),
     )
     dp_total = per_step + m * per_mb
-    time_dp = np.maximum((1 - gpu.dp_overlap) * dp_total, dp_total - window)
+    time_dp = (
+        np.maximum((1 - gpu.dp_overlap) * dp_total, dp_total - window)
+        if job.grad_overlap
+        else dp_total
+    )
 
     # ---- optimizer: Adam over the local shard at HBM bandwidth ----------------------------
     shard = np.where(zero >= 1, pd_h / d_dense + pe_h / d_exp, pd_h + pe_h)

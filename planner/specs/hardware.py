@@ -254,6 +254,14 @@ class JobSpec(BaseModel):
             "half+fp32: 2 B plus an unsharded 4 B fp32 accumulator (DeepSpeed BF16_Optimizer)."
         ),
     )
+    grad_overlap: bool = Field(
+        default=True,
+        description=(
+            "Whether the data-parallel gradient reduction overlaps the backward (Megatron-Core "
+            "overlap_grad_reduce, FSDP); False: it runs after the last backward (Megatron-LM "
+            "2021 local DDP, DeepSpeed's pipeline engine ReduceGrads)."
+        ),
+    )
     attention: Literal["flash", "unfused"] = Field(
         default="flash",
         description=(

@@ -83,3 +83,16 @@ def test_unfused_attention_time_by_hand():
 ])
 def test_bubble_slots(pp, vpp, m, expected):
     assert float(pipeline.bubble_slots(pp, vpp, m)) == pytest.approx(expected)
+
+
+def test_reduction_after_backward_is_fully_exposed():
+    """grad_overlap=False: the whole DP traffic is on the step; flat GPU, dp = 8 in one node,
+    ZeRO 0, fp32 gradients all-reduced: 2 (d-1)/d x bytes / busbw."""
+    model = llama_like(num_hidden_layers=4, vocab_size=1024)
+    gpu = flat_gpu(intra_gb=100.0, memory_gib=10_000, dp_overlap=1.0)
+    lo = Layout(tp=1, pp=1, dp=8, mbs=1, zero=0, recompute="none")
+    est = estimate(model, cluster(gpu, 8), job(model, global_batch=8, grad_overlap=False), lo)
+    expected = 2 * 7 / 8 * model.num_params * 4 / 100e9
+    assert est.time_dp_comm_exposed_s == pytest.approx(expected, rel=1e-3)
+    hidden = estimate(model, cluster(gpu, 8), job(model, global_batch=8), lo)
+    assert hidden.time_dp_comm_exposed_s < est.time_dp_comm_exposed_s

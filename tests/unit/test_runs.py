@@ -134,10 +134,11 @@ def test_recipe_follows_the_framework():
     """Rules by framework: Megatron-DeepSpeed 2022 and Megatron-LM 2021 predate flash attention;
     DeepSpeed keeps 16-bit grads, plus an fp32 accumulator with its BF16_Optimizer."""
     assert recipe_of("Megatron-DeepSpeed", "Precision not stated (pre BF16-optimizer).") == {
-        "attention": "unfused", "grad_dtype": "half"}
+        "attention": "unfused", "grad_dtype": "half", "grad_overlap": False}
     assert recipe_of("Megatron-DeepSpeed", "BF16 with new BF16_Optimizer (fp32 grad ...)") == {
-        "attention": "unfused", "grad_dtype": "half+fp32"}
-    assert recipe_of("Megatron-LM (commit 8aa4619, 2021)", "") == {"attention": "unfused"}
+        "attention": "unfused", "grad_dtype": "half+fp32", "grad_overlap": False}
+    assert recipe_of("Megatron-LM (commit 8aa4619, 2021)", "") == {
+        "attention": "unfused", "grad_overlap": False}
     assert recipe_of("NeMo Megatron 24.11 (Megatron-Core)", "") == {}
     assert recipe_of("Megatron-Bridge / NeMo 26.06 (Megatron-Core)", "") == {}
     assert recipe_of("MosaicML Composer/llm-foundry (PyTorch FSDP)", "") == {}
@@ -148,3 +149,12 @@ def test_bloom_rows_carry_the_deepspeed_recipe(table):
     bloom = [r for r in runs.values() if r.source_id == "bloom_prequel"]
     assert bloom and all(r.job.attention == "unfused" for r in bloom)
     assert {r.job.grad_dtype for r in bloom} == {"half", "half+fp32"}
+
+
+def test_megatron_lm_2021_rows_run_without_zero():
+    """Megatron-LM of 2021 had no distributed optimizer: its rows pin ZeRO 0 and an exposed
+    gradient all-reduce (built-in V100 profile)."""
+    runs, _ = load_table(PUBLISHED_RUNS_CSV)
+    old = [r for r in runs if r.source_id == "dlperf_megatron_v100"]
+    assert len(old) == 18
+    assert all(r.pins.get("zero") == 0 and not r.job.grad_overlap for r in old)
