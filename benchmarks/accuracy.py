@@ -73,11 +73,13 @@ class Predictor:
         return self._cache[key]
 
     def _predict(self, run: MeasuredRun, gpu: GpuProfile) -> dict[str, Any] | None:
-        from planner.costmodel import estimate_batch
+        from planner.costmodel import estimate_batch, layout_violations
 
         cluster = run.cluster.model_copy(update={"gpu": gpu})
         layout = run.layout
         if layout is not None:
+            if layout_violations(run.model, cluster, run.job, layout):
+                return None  # what estimate refuses is not predicted (tp across NVLink domains)
             cols = estimate_batch(run.model, cluster, run.job, [layout])
             out = {k: (v[0] if hasattr(v, "__len__") else v) for k, v in cols.items()}
             out["layout"] = layout
