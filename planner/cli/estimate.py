@@ -16,12 +16,16 @@ import typer
 
 from planner.cli.app import app
 from planner.cli.options import (
+    AttentionChoice,
+    AttentionOpt,
     ClusterOpt,
     CpOpt,
     CsvOpt,
     DpOpt,
     EpOpt,
     GlobalBatchOpt,
+    GradDtypeChoice,
+    GradDtypeOpt,
     JsonOpt,
     MbsOpt,
     ModelOpt,
@@ -66,6 +70,8 @@ def estimate_cmd(
     recompute: RecomputeOpt = None,
     sp: SpOpt = None,
     precision: PrecisionOpt = PrecisionChoice.bf16,
+    attention: AttentionOpt = AttentionChoice.flash,
+    grad_dtype: GradDtypeOpt = GradDtypeChoice.auto,
     seq_len: SeqLenOpt = None,
     global_batch: GlobalBatchOpt = None,
     profile: ProfileOpt = None,
@@ -80,7 +86,7 @@ def estimate_cmd(
     if tp is None or pp is None:
         raise LayoutError("estimate needs --tp and --pp (use `planner solve` to search them)")
     model_spec, cluster_spec, job = load_inputs(
-        model, cluster, profile, seq_len, global_batch, precision
+        model, cluster, profile, seq_len, global_batch, precision, attention, grad_dtype
     )
     cp = cp or 1
     if dp is None:

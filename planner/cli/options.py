@@ -17,6 +17,18 @@ class RecomputeChoice(str, Enum):
     full = "full"
 
 
+class AttentionChoice(str, Enum):
+    flash = "flash"
+    unfused = "unfused"
+
+
+class GradDtypeChoice(str, Enum):
+    auto = "auto"
+    half = "half"
+    fp32 = "fp32"
+    half_fp32 = "half+fp32"
+
+
 class PrecisionChoice(str, Enum):
     bf16 = "bf16"
     fp16 = "fp16"
@@ -62,6 +74,20 @@ ProfileOpt = Annotated[
     Path | None,
     typer.Option("--profile", help="GPU profile YAML (from `planner profile` or `calibrate`)."),
 ]
+AttentionOpt = Annotated[
+    AttentionChoice,
+    typer.Option(
+        "--attention", help="Attention kernel: flash (fused) or unfused (2021-22 stacks)."
+    ),
+]
+GradDtypeOpt = Annotated[
+    GradDtypeChoice,
+    typer.Option(
+        "--grad-dtype",
+        help="Gradient recipe: auto (Megatron fp32 main grads at ZeRO 0/1), half (DeepSpeed "
+        "ZeRO-1/2), fp32, half+fp32 (DeepSpeed BF16_Optimizer).",
+    ),
+]
 CsvOpt = Annotated[Path | None, typer.Option("--csv", help="Write the plan(s) as CSV here.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -77,8 +103,11 @@ def layout_pins(**values: Any) -> dict[str, Any]:
 
 
 def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | None,
-                global_batch: int | None, precision: PrecisionChoice):
-    """Resolve --model/--cluster/--profile/--seq-len/--global-batch/--precision to specs."""
+                global_batch: int | None, precision: PrecisionChoice,
+                attention: AttentionChoice = AttentionChoice.flash,
+                grad_dtype: GradDtypeChoice = GradDtypeChoice.auto):
+    """Resolve --model/--cluster/--profile/--seq-len/--global-batch/--precision (and the job
+    recipe: --attention, --grad-dtype) to specs."""
     from planner.registry import load_gpu, load_model, parse_cluster
     from planner.specs import JobSpec
 
@@ -89,5 +118,7 @@ def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | N
         seq_len=seq_len or model_spec.seq_len,
         global_batch=global_batch or model_spec.global_batch,
         precision=precision.value,
+        attention=attention.value,
+        grad_dtype=grad_dtype.value,
     )
     return model_spec, cluster_spec, job

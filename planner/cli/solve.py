@@ -20,12 +20,16 @@ import typer
 
 from planner.cli.app import app
 from planner.cli.options import (
+    AttentionChoice,
+    AttentionOpt,
     ClusterOpt,
     CpOpt,
     CsvOpt,
     DpOpt,
     EpOpt,
     GlobalBatchOpt,
+    GradDtypeChoice,
+    GradDtypeOpt,
     JsonOpt,
     MbsOpt,
     ModelOpt,
@@ -77,6 +81,8 @@ def solve_cmd(
     recompute: RecomputeOpt = None,
     sp: SpOpt = None,
     precision: PrecisionOpt = PrecisionChoice.bf16,
+    attention: AttentionOpt = AttentionChoice.flash,
+    grad_dtype: GradDtypeOpt = GradDtypeChoice.auto,
     seq_len: SeqLenOpt = None,
     global_batch: GlobalBatchOpt = None,
     profile: ProfileOpt = None,
@@ -91,7 +97,7 @@ def solve_cmd(
     from planner.search import solve
 
     model_spec, cluster_spec, job = load_inputs(
-        model, cluster, profile, seq_len, global_batch, precision
+        model, cluster, profile, seq_len, global_batch, precision, attention, grad_dtype
     )
     pins = layout_pins(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp
