@@ -11,12 +11,22 @@ Heavy pieces (the cost model, the CP-SAT search, torch validation) are imported 
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from planner.errors import InfeasibleError, LayoutError, PlannerError, SpecError
 from planner.layout import Layout
-from planner.registry import builtin_gpus, builtin_models, load_gpu, load_model, parse_cluster
-from planner.specs import ClusterSpec, GpuProfile, JobSpec, ModelSpec
+
+# Everything that needs a third-party package (pydantic, yaml, numpy, ortools) loads on first
+# use, so `python -m planner` can tell a missing install apart from a bug (planner/__main__.py).
+_LAZY = {
+    "builtin_gpus": "planner.registry", "builtin_models": "planner.registry",
+    "load_gpu": "planner.registry", "load_model": "planner.registry",
+    "parse_cluster": "planner.registry",
+    "ClusterSpec": "planner.specs", "GpuProfile": "planner.specs", "JobSpec": "planner.specs",
+    "ModelSpec": "planner.specs",
+    "estimate": "planner.costmodel", "solve": "planner.search",
+}
 
 __all__ = [
     "ClusterSpec", "GpuProfile", "InfeasibleError", "JobSpec", "Layout", "LayoutError",
@@ -26,12 +36,6 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "estimate":
-        from planner.costmodel import estimate
-
-        return estimate
-    if name == "solve":
-        from planner.search import solve
-
-        return solve
-    raise AttributeError(name)
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'planner' has no attribute {name!r}")
