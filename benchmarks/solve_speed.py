@@ -155,8 +155,10 @@ def main() -> None:
             "global batch of each model spec; top 10 plans.",
             "",
             f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
-            f"{platform.python_version()}; load average while measuring {load[0]:.1f} (the machine "
-            f"was shared: other jobs ran). A bare `python -c pass` took {floor:.2f} s here.",
+            f"{platform.python_version()}; load average while measuring {load[0]:.1f}"
+            + (" (the machine was shared: other jobs ran)" if load[0] > 1.5 else
+               " (this benchmark's own process: nothing else ran)")
+            + f". A bare `python -c pass` took {floor:.2f} s here.",
             "",
             "Columns: layouts = size of the space (structurally valid layouts the cost model "
             "evaluates); fitting = those within the usable memory; CP-SAT structure = "
