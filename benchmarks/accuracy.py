@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from planner.calibrate.fit import apply_values, calibrate
+from planner.calibrate.fit import apply_values, calibrate, knobs_for
 from planner.errors import InfeasibleError, PlannerError, SpecError
 from planner.layout import Layout
 from planner.plan import TIME_COLUMNS
@@ -117,7 +117,8 @@ def fitted_profiles(runs: Sequence[MeasuredRun], predictor: Predictor,
                 pred = None
             layouts.append(None if pred is None else pred["layout"])
         t0 = time.perf_counter()
-        names = list(knobs)[: max(1, len(group) // RUNS_PER_KNOB)]
+        own = {k.name for k in knobs_for(stock)}  # fp8_gemm_scale only where an fp8 curve is
+        names = [k for k in knobs if k in own][: max(1, len(group) // RUNS_PER_KNOB)]
         fit = calibrate(stock, group, layouts=layouts, names=names, cross_validate=False)
         log(f"fitted {name} on {len(fit.runs)} runs in {time.perf_counter() - t0:.1f}s: "
             + ", ".join(f"{k}={fit.values[k]:.4g}" for k in fit.fitted)

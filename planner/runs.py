@@ -143,14 +143,15 @@ def recompute_of(text: str | None) -> str | None:
 
 
 def recipe_of(framework: str, notes: str) -> dict[str, str | bool]:
-    """JobSpec attention / grad_dtype a row's software implies (rules by framework, not by row).
+    """JobSpec recipe fields a row's software implies (rules by framework, not by row).
 
     Unfused attention: Megatron-DeepSpeed (BLOOM, 2022) and Megatron-LM builds dated before 2023
     (FlashAttention was published in May 2022 and reached Megatron-LM in 2023). Gradients:
     DeepSpeed's fp16/bf16 ZeRO-1 keeps 16-bit gradients ("half"); its BF16_Optimizer, where the
     row names it, adds an unsharded fp32 accumulator ("half+fp32"). Gradient reduction after the
-    backward (grad_overlap False) for both. Everything else keeps the JobSpec defaults (flash,
-    Megatron/FSDP gradients by ZeRO stage, overlapped reduction)."""
+    backward (grad_overlap False) for both. NeMo and Megatron-Bridge overlap TP communication
+    with the GEMMs (tp_comm_overlap). Everything else keeps the JobSpec defaults (flash,
+    Megatron/FSDP gradients by ZeRO stage, overlapped reduction, no TP overlap)."""
     out: dict[str, str | bool] = {}
     years = [int(y) for y in re.findall(r"\b(20\d\d)\b", framework)]
     deepspeed = "deepspeed" in framework.lower()
@@ -162,6 +163,15 @@ def recipe_of(framework: str, notes: str) -> dict[str, str | bool]:
         # DeepSpeed's pipeline engine reduces gradients in a ReduceGrads step after the last
         # backward; Megatron-LM's 2021 "local" DDP all-reduced after the backward too.
         out["grad_overlap"] = False
+    if deepspeed or ("megatron" in framework.lower() and years and max(years) <= 2022):
+        # overlap_p2p_comm arrived with Megatron-Core (2023); DeepSpeed's pipeline engine has
+        # no interleaving and blocks on its sends
+        out["p2p_overlap"] = False
+    if "nemo" in framework.lower():
+        # NeMo / Megatron-Bridge performance recipes overlap TP communication with the GEMMs
+        # (MegatronCommOverlapCallback / CommOverlapConfig(tp_comm_overlap=True), userbuffers
+        # configs per model and GPU in nemo.collections.llm.recipes and scripts/performance).
+        out["tp_comm_overlap"] = True
     return out
 
 

@@ -29,6 +29,7 @@ from planner.cli.options import (
     JsonOpt,
     MbsOpt,
     ModelOpt,
+    P2pOverlapOpt,
     PpOpt,
     PrecisionChoice,
     PrecisionOpt,
@@ -37,6 +38,7 @@ from planner.cli.options import (
     SeqLenOpt,
     SpOpt,
     TpOpt,
+    TpOverlapOpt,
     VppOpt,
     ZeroOpt,
     load_inputs,
@@ -72,6 +74,8 @@ def estimate_cmd(
     precision: PrecisionOpt = PrecisionChoice.bf16,
     attention: AttentionOpt = AttentionChoice.flash,
     grad_dtype: GradDtypeOpt = GradDtypeChoice.auto,
+    tp_comm_overlap: TpOverlapOpt = False,
+    p2p_overlap: P2pOverlapOpt = True,
     seq_len: SeqLenOpt = None,
     global_batch: GlobalBatchOpt = None,
     profile: ProfileOpt = None,
@@ -86,7 +90,8 @@ def estimate_cmd(
     if tp is None or pp is None:
         raise LayoutError("estimate needs --tp and --pp (use `planner solve` to search them)")
     model_spec, cluster_spec, job = load_inputs(
-        model, cluster, profile, seq_len, global_batch, precision, attention, grad_dtype
+        model, cluster, profile, seq_len, global_batch, precision, attention, grad_dtype,
+        tp_comm_overlap, p2p_overlap,
     )
     cp = cp or 1
     if dp is None:

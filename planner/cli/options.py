@@ -88,6 +88,22 @@ GradDtypeOpt = Annotated[
         "ZeRO-1/2), fp32, half+fp32 (DeepSpeed BF16_Optimizer).",
     ),
 ]
+TpOverlapOpt = Annotated[
+    bool,
+    typer.Option(
+        "--tp-comm-overlap/--no-tp-comm-overlap",
+        help="TP/SP collectives overlap their GEMMs (Megatron-Core tp_comm_overlap with "
+        "Transformer Engine userbuffers, as NeMo / Megatron-Bridge run; needs sp).",
+    ),
+]
+P2pOverlapOpt = Annotated[
+    bool,
+    typer.Option(
+        "--p2p-overlap/--no-p2p-overlap",
+        help="Interleaved 1F1B overlaps pipeline sends with compute (Megatron-Core "
+        "overlap_p2p_comm).",
+    ),
+]
 CsvOpt = Annotated[Path | None, typer.Option("--csv", help="Write the plan(s) as CSV here.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -105,9 +121,10 @@ def layout_pins(**values: Any) -> dict[str, Any]:
 def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | None,
                 global_batch: int | None, precision: PrecisionChoice,
                 attention: AttentionChoice = AttentionChoice.flash,
-                grad_dtype: GradDtypeChoice = GradDtypeChoice.auto):
+                grad_dtype: GradDtypeChoice = GradDtypeChoice.auto,
+                tp_comm_overlap: bool = False, p2p_overlap: bool = True):
     """Resolve --model/--cluster/--profile/--seq-len/--global-batch/--precision (and the job
-    recipe: --attention, --grad-dtype) to specs."""
+    recipe: --attention, --grad-dtype, --tp-comm-overlap, --p2p-overlap) to specs."""
     from planner.registry import load_gpu, load_model, parse_cluster
     from planner.specs import JobSpec
 
@@ -120,5 +137,7 @@ def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | N
         precision=precision.value,
         attention=attention.value,
         grad_dtype=grad_dtype.value,
+        tp_comm_overlap=tp_comm_overlap,
+        p2p_overlap=p2p_overlap,
     )
     return model_spec, cluster_spec, job

@@ -33,6 +33,7 @@ from planner.cli.options import (
     JsonOpt,
     MbsOpt,
     ModelOpt,
+    P2pOverlapOpt,
     PpOpt,
     PrecisionChoice,
     PrecisionOpt,
@@ -41,6 +42,7 @@ from planner.cli.options import (
     SeqLenOpt,
     SpOpt,
     TpOpt,
+    TpOverlapOpt,
     VppOpt,
     ZeroOpt,
     layout_pins,
@@ -83,6 +85,8 @@ def solve_cmd(
     precision: PrecisionOpt = PrecisionChoice.bf16,
     attention: AttentionOpt = AttentionChoice.flash,
     grad_dtype: GradDtypeOpt = GradDtypeChoice.auto,
+    tp_comm_overlap: TpOverlapOpt = False,
+    p2p_overlap: P2pOverlapOpt = True,
     seq_len: SeqLenOpt = None,
     global_batch: GlobalBatchOpt = None,
     profile: ProfileOpt = None,
@@ -97,7 +101,8 @@ def solve_cmd(
     from planner.search import solve
 
     model_spec, cluster_spec, job = load_inputs(
-        model, cluster, profile, seq_len, global_batch, precision, attention, grad_dtype
+        model, cluster, profile, seq_len, global_batch, precision, attention, grad_dtype,
+        tp_comm_overlap, p2p_overlap,
     )
     pins = layout_pins(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp

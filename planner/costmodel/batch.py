@@ -8,10 +8,13 @@ time. Step time (seconds per optimizer step), with m = grad_accum micro-batches 
     step = m x (compute + tp + cp + ep comm per micro-batch of the slowest stage)
          + bubble ((pp-1)/vpp x that stage's per-micro-batch time when m >= pp, Narayanan
            2021; pipeline.bubble_slots for m < pp)
-         + pipeline p2p (2 sends per micro-batch chunk and per fill/drain hop)
+         + pipeline p2p (2 sends per micro-batch chunk and per fill/drain hop; only the
+           fill/drain hops when interleaving overlaps them, JobSpec.p2p_overlap)
          + exposed DP communication + optimizer step + profile.step_overhead_s
 
-The overhead is folded into time_optimizer_s so the contract's time_* columns add up to step_time_s.
+TP traffic is exposed unless JobSpec.tp_comm_overlap (then only what the GEMMs it is
+pipelined with cannot cover, and at least one chunk in tp). The overhead is folded into
+time_optimizer_s so the contract's time_* columns add up to step_time_s.
 """
 
 from __future__ import annotations
@@ -173,7 +176,29 @@ def estimate_batch(
     # recompute already re-runs those all-gathers in its forward.
     ag_redo = np.where(sp & (rc != 2), 2 * comm.all_gather_time(tp_group, act_bytes), 0.0)
     tp_per_layer = tp_one * (4 + 2 * (rc == 2)) + ag_redo
-    tp_mb = layers * tp_per_layer[col] + (st["emb"] + st["head"]) * tp_one[col]
+    if job.tp_comm_overlap:
+        # Transformer Engine userbuffers (Megatron-Core tp_comm_overlap, SP only): each
+        # all-gather / reduce-scatter is split into tp chunks pipelined against the GEMM it
+        # feeds or drains (forward: QKV, out-proj, FC1, FC2; backward: their dgrad/wgrad, 2x the
+        # forward GEMM time). Exposed: what the GEMMs cannot cover, and at least one chunk
+        # (1/tp) of the collective, the pipeline's fill (TE userbuffers ring-exchange design).
+        def exposed(comm_s: np.ndarray, gemm_s: np.ndarray) -> np.ndarray:
+            return np.maximum(comm_s / tp, comm_s - gemm_s)
+
+        def overlapped(gemm_fwd: np.ndarray) -> np.ndarray:
+            fwd_x = exposed(2 * tp_one, gemm_fwd)
+            return fwd_x * (1 + (rc == 2)) + exposed(2 * tp_one + ag_redo, 2 * gemm_fwd)
+
+        on = sp & (tp > 1)
+        tp_dense = np.where(on, overlapped(dense_t.gemm), tp_per_layer)
+        tp_moe = np.where(on, overlapped(moe_t.gemm), tp_per_layer) if model.is_moe else tp_dense
+    else:
+        tp_dense = tp_moe = tp_per_layer
+    tp_mb = (
+        st["n_dense"] * tp_dense[col]
+        + st["n_moe"] * tp_moe[col]
+        + (st["emb"] + st["head"]) * tp_one[col]
+    )
 
     # CP: ring exchange of K and V blocks, (cp-1) sends in forward, K,V and dK,dV in backward,
     # overlapped with the attention core where it is longer (Transformer Engine's ring attention)
@@ -224,8 +249,15 @@ def estimate_batch(
     bubble = pipeline.bubble_slots(pp, vpp, m) * at(stage_mb)
     p2p_bytes = tokens * model.hidden_size * 2 / np.where(sp, tp, 1.0)
     pp_cross = comm.Group(cluster, pp, tp * cp * dp).crosses
+    p2p_one = comm.p2p_time(cluster, p2p_bytes, pp_cross)
+    # Interleaved 1F1B with overlap_p2p_comm: the steady-state sends and receives run behind
+    # the next chunk's compute (a chunk = 1/vpp of the stage's micro-batch time); the pp - 1
+    # fill and drain hops stay exposed. Plain 1F1B / GPipe block on every send (Megatron-Core).
+    chunk_s = at(stage_mb) / vpp
+    p2p_hidden = 2 * (pp - 1) * p2p_one + 2 * m * vpp * np.maximum(p2p_one - chunk_s, 0.0)
+    p2p_blocking = 2 * (m * vpp + pp - 1) * p2p_one
     time_pp_comm = np.where(
-        pp > 1, 2 * (m * vpp + pp - 1) * comm.p2p_time(cluster, p2p_bytes, pp_cross), 0.0
+        pp > 1, np.where(job.p2p_overlap & (vpp > 1), p2p_hidden, p2p_blocking), 0.0
     )
 
     # ---- parameters on each candidate stage (local to one GPU) -----------------------------

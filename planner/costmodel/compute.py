@@ -172,8 +172,10 @@ def layer_forward_times(
 
 
 def head_forward_time(model: ModelSpec, gpu: GpuProfile, precision: str, tokens, tp):  # noqa: ANN001, ANN201
-    """Forward time of the LM head GEMM + cross-entropy on the last stage, per micro-batch."""
-    peak, curve = matmul_peak_and_curve(gpu, precision)
+    """Forward time of the LM head GEMM + cross-entropy on the last stage, per micro-batch.
+    The head stays 16-bit in fp8 recipes: Megatron-Core's output_layer is a plain
+    tensor_parallel.ColumnParallelLinear, not a Transformer Engine fp8 module."""
+    peak, curve = matmul_peak_and_curve(gpu, "bf16" if precision == "fp8" else precision)
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
     v, h = model.vocab_size, model.hidden_size

@@ -262,6 +262,23 @@ class JobSpec(BaseModel):
             "2021 local DDP, DeepSpeed's pipeline engine ReduceGrads)."
         ),
     )
+    tp_comm_overlap: bool = Field(
+        default=False,
+        description=(
+            "Whether the TP/SP all-gathers and reduce-scatters overlap the GEMMs they feed "
+            "(Megatron-Core tp_comm_overlap with Transformer Engine userbuffers; needs sp). "
+            "Off by default, as in Megatron-LM; NeMo / Megatron-Bridge performance recipes "
+            "turn it on."
+        ),
+    )
+    p2p_overlap: bool = Field(
+        default=True,
+        description=(
+            "Whether interleaved 1F1B overlaps its pipeline sends/receives with the next "
+            "chunk's compute (Megatron-Core overlap_p2p_comm, on by default; plain 1F1B and "
+            "GPipe block on them)."
+        ),
+    )
     attention: Literal["flash", "unfused"] = Field(
         default="flash",
         description=(
