@@ -51,10 +51,46 @@ class LayerTimes:
         return self.gemm + self.attention + self.elementwise
 
 
-def _gemm_time(flop, peak: float, curve) -> np.ndarray:  # noqa: ANN001
+def _gemm_time(flop, peak: float, curve, quant=1.0) -> np.ndarray:  # noqa: ANN001
+    """Seconds of one GEMM of `flop` FLOP read off the square-GEMM efficiency curve, times the
+    shape's quantization factor (quantization_factor)."""
     flop = np.asarray(flop, dtype=float)
     eff = np.maximum(curve.interp(np.maximum(flop, 1.0)), 1e-3)
-    return np.where(flop > 0, flop / (peak * eff), 0.0)
+    return np.where(flop > 0, flop / (peak * eff) * quant, 0.0)
+
+
+# Output tile of cuBLAS's large tensor-core GEMM kernels, rows x columns: 256 x 128 (NVIDIA,
+# "Matrix Multiplication Background User's Guide", DU-09799-001, 2023, sec. 2.3: the most
+# efficient of the typical tiles).
+GEMM_TILE_M, GEMM_TILE_N = 256.0, 128.0
+
+
+def _tile_utilization(a, b, sms: int):  # noqa: ANN001, ANN202
+    """Useful fraction of the tile-waves an a x b output issues: partial edge tiles (tile
+    quantization) and a partly filled last wave of tiles over the SMs (wave quantization),
+    guide sec. 3.1-3.2. Outputs under one wave: 1 (cuBLAS splits them along K; the curve's own
+    small-size fall-off covers them)."""
+    tiles = np.ceil(a / GEMM_TILE_M) * np.ceil(b / GEMM_TILE_N)
+    waves = np.ceil(tiles / sms)
+    used = a * b / (GEMM_TILE_M * GEMM_TILE_N) / (waves * sms)
+    return np.where(tiles >= sms, used, 1.0)
+
+
+def quantization_factor(gpu: GpuProfile, curve, m, n, k):  # noqa: ANN001, ANN201
+    """Time factor of an (m x k) @ (k x n) GEMM, over its forward output (m x n) and its two
+    backward outputs (dgrad m x k, wgrad k x n), against the square GEMMs `curve` was measured
+    on (its points are N x N x N GEMMs at x = 2 N^3: their own quantization is in the curve, so
+    the reference utilization is theirs, interpolated in log FLOP as the curve is).
+    1 where the profile has no sm_count."""
+    if gpu.sm_count is None:
+        return 1.0
+    m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
+    xs = np.array([x for x, _ in curve.points], dtype=float)
+    sides = np.round(np.cbrt(xs / 2.0))
+    ref_util = _tile_utilization(sides, sides, gpu.sm_count)
+    ref = np.interp(np.log(2.0 * m * n * k), np.log(xs), ref_util)
+    outputs = ((m, n), (m, k), (k, n))
+    return sum(ref / _tile_utilization(a, b, gpu.sm_count) for a, b in outputs) / 3.0
 
 
 def matmul_peak_and_curve(gpu: GpuProfile, precision: str):  # noqa: ANN201
@@ -122,9 +158,13 @@ def layer_forward_times(
     out_w = a * v_dim * h
     qkv_w = model.attention_params - out_w
     mats = 3 if model.activation == "swiglu" else 2
-    gemm = _gemm_time(2 * tokens * qkv_w / tp, peak, curve) + _gemm_time(
-        2 * tokens * out_w / tp, peak, curve
-    )
+
+    def proj(m, n_out, k_in):  # noqa: ANN001, ANN202
+        """One projection GEMM: m tokens, k_in -> n_out features (local after the TP split)."""
+        return _gemm_time(2 * m * n_out * k_in, peak, curve,
+                          quantization_factor(gpu, curve, m, n_out, k_in))
+
+    gemm = proj(tokens, qkv_w / h / tp, h) + proj(tokens, h, a * v_dim / tp)
     if moe:
         e, k = model.num_experts, model.num_experts_per_tok
         effn = model.expert_ffn
@@ -133,20 +173,17 @@ def layer_forward_times(
         )  # ep ranks x T x k over E experts
         local_experts = e / np.asarray(ep, dtype=float)
         gemm = gemm + local_experts * (
-            _gemm_time(2 * tok_per_expert * (mats - 1) * h * effn / tp, peak, curve)
-            + _gemm_time(2 * tok_per_expert * h * effn / tp, peak, curve)
+            proj(tok_per_expert, (mats - 1) * effn / tp, h) + proj(tok_per_expert, h, effn / tp)
         )
         if model.num_shared_experts:
             sh = model.num_shared_experts * effn
-            gemm = gemm + _gemm_time(2 * tokens * (mats - 1) * h * sh / tp, peak, curve)
-            gemm = gemm + _gemm_time(2 * tokens * h * sh / tp, peak, curve)
-        gemm = gemm + _gemm_time(2 * tokens * h * e, peak, curve)  # router, not TP-split
+            gemm = gemm + proj(tokens, (mats - 1) * sh / tp, h) + proj(tokens, h, sh / tp)
+        gemm = gemm + proj(tokens, e, h)  # router, not TP-split
         ffn_local = (k + model.num_shared_experts) * effn
         permute = 2 * 2 * 2 * tokens * k * h  # dispatch + combine, read + write, 2 B
     else:
         ffn = model.intermediate_size
-        gemm = gemm + _gemm_time(2 * tokens * (mats - 1) * h * ffn / tp, peak, curve)
-        gemm = gemm + _gemm_time(2 * tokens * h * ffn / tp, peak, curve)
+        gemm = gemm + proj(tokens, (mats - 1) * ffn / tp, h) + proj(tokens, h, ffn / tp)
         ffn_local = ffn
         permute = 0.0
     if attention_kind == "unfused":
@@ -179,7 +216,8 @@ def head_forward_time(model: ModelSpec, gpu: GpuProfile, precision: str, tokens,
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
     v, h = model.vocab_size, model.hidden_size
-    gemm = _gemm_time(2 * tokens * h * v / tp, peak, curve)
+    gemm = _gemm_time(2 * tokens * h * v / tp, peak, curve,
+                      quantization_factor(gpu, curve, tokens, v / tp, h))
     ce = CE_BYTES_PER_LOGIT * tokens * v / tp / gpu.hbm_bytes_per_s
     return gemm + ce
 

@@ -103,6 +103,11 @@ class GpuProfile(BaseModel):
     fp8_gemm_efficiency: Curve | None = Field(
         default=None, description="As gemm_efficiency, against the FP8 peak."
     )
+    sm_count: PositiveInt | None = Field(
+        default=None,
+        description="Streaming multiprocessors, for the GEMM tile and wave quantization "
+        "(costmodel.compute); None: not modelled.",
+    )
     attention_efficiency: float = Field(
         default=0.5,
         gt=0,

@@ -113,3 +113,30 @@ def test_throughput_and_utilisation_columns():
     assert est.model_tflops_per_gpu == pytest.approx(est.mfu * 100)
     assert est.hfu > est.mfu
     assert est.grad_accum == 64 // (1 * 2)
+
+
+def test_tile_and_wave_quantization_by_hand():
+    """NVIDIA's Matrix Multiplication Background guide (sec. 3.1-3.2): 256 x 128 output tiles
+    over 108 A100 SMs. BLOOM's tp = 8 QKV GEMM at one micro-batch: m = 2048 tokens,
+    n = 3 x 14336 / 8 = 5376, k = 14336. Outputs: forward 8 x 42 = 336 tiles in 4 waves of 108
+    (336/432 useful), dgrad 2048 x 14336 = 896 tiles in 9 waves (896/972), wgrad 14336 x 5376 =
+    2352 tiles in 22 waves (2352/2376). The curve's reference: its 4096^3 point (512 tiles,
+    5 waves: 512/540) and 8192^3 point (2048 tiles, 19 waves: 2048/2052), interpolated in log
+    FLOP at 2 x 2048 x 5376 x 14336."""
+    import math
+
+    from planner.costmodel.compute import quantization_factor
+    from planner.specs import Curve
+
+    curve = Curve(points=[(2 * 4096**3, 0.8), (2 * 8192**3, 0.8)])
+    gpu = flat_gpu(sm_count=108, gemm_efficiency=curve)
+    t = math.log(2 * 2048 * 5376 * 14336 / (2 * 4096**3)) / math.log(8)
+    ref = 512 / 540 + t * (2048 / 2052 - 512 / 540)
+    expected = ref * (432 / 336 + 972 / 896 + 2376 / 2352) / 3
+    got = float(quantization_factor(gpu, curve, 2048, 5376, 14336))
+    assert got == pytest.approx(expected, rel=1e-9)
+    assert got == pytest.approx(1.091, abs=1e-3)
+    # four micro-batches fill the waves: the factor falls back towards 1
+    assert float(quantization_factor(gpu, curve, 4 * 2048, 5376, 14336)) < got - 0.05
+    # no SM count in the profile: not modelled
+    assert quantization_factor(flat_gpu(), curve, 2048, 5376, 14336) == 1.0
