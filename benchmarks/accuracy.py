@@ -185,6 +185,36 @@ def write_stock_profile(path: Path, fitted: GpuProfile, values: dict[str, float]
     write_text_atomic(path, "\n".join(out) + "\n")
 
 
+def software_factors(runs: Sequence[MeasuredRun], predictor: Predictor) -> pd.DataFrame:
+    """Per source and GPU: the one GEMM scale that source's own runs imply (fitted in sample)
+    and the error left after it: how much of a source's error is one software-efficiency
+    factor, and how much is structure the cost model misses."""
+    out = []
+    for source in sorted({r.source_id for r in runs}):
+        group = [r for r in runs if r.source_id == source]
+        _, values = fitted_profiles(group, predictor, ("gemm_scale",), log=lambda *_: None)
+        for gpu, vals in values.items():
+            timed = [r for r in group if r.cluster.gpu.name == gpu and not r.oom
+                     and r.measured_step_time_s]
+            stock = timed[0].cluster.gpu
+            layouts = []
+            for run in timed:
+                try:
+                    pred = predictor.row(run, stock)
+                except PlannerError:
+                    pred = None
+                layouts.append(None if pred is None else pred["layout"])
+            fit = calibrate(stock, timed, layouts=layouts, names=["gemm_scale"],
+                            cross_validate=False)
+            after = np.abs(fit.err_after)
+            out.append({"source": source, "gpu": gpu, "runs": len(fit.runs),
+                        "gemm_scale": vals.get("gemm_scale", 1.0),
+                        "median_before": float(np.median(np.abs(fit.err_before))),
+                        "median_after": float(np.median(after)),
+                        "p90_after": float(np.quantile(after, 0.9))})
+    return pd.DataFrame(out)
+
+
 def predict_all(runs: Sequence[MeasuredRun], profiles: dict[str, GpuProfile],
                 predictor: Predictor) -> pd.DataFrame:
     """One row per run: measured, predicted, fits, the time terms."""
@@ -274,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated profile parameters to fit (planner.calibrate names)")
     parser.add_argument("--markdown", type=Path, help="also write the tables here")
     parser.add_argument("--rows", type=Path, help="write every row's prediction as CSV")
+    parser.add_argument("--software-factors", action="store_true",
+                        help="also fit one GEMM scale per source and GPU (in sample) and print "
+                        "the error left after it")
     parser.add_argument("--write-profiles", action="store_true",
                         help="set the fitted efficiency fields in hardware_profiles/*.yaml")
     ns = parser.parse_args(argv)
@@ -323,6 +356,12 @@ def main(argv: list[str] | None = None) -> int:
         print(_fmt(table).to_string(index=False))
         md += [f"### {title}", "", _fmt(table).to_markdown(index=False) if _has_tabulate()
                else "```\n" + _fmt(table).to_string(index=False) + "\n```", ""]
+    if ns.software_factors:
+        factors = software_factors(runs, predictor)
+        print("\n== one GEMM scale per source and GPU (in sample): the error it leaves ==")
+        print(factors.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        md += ["### one GEMM scale per source and GPU (in sample)", "", "```",
+               factors.to_string(index=False, float_format=lambda x: f"{x:.3f}"), "```", ""]
     diag = term_diagnosis(after[~after["source"].isin(tuned)])
     if len(diag):
         print("\n== term diagnosis on untuned rows (factor each term needs) ==")
