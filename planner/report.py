@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     import pandas as pd
     from rich.console import Console
 
+    from planner.specs import GpuProfile, JobSpec
+
 TIME_LABELS = {
     "time_compute_s": "compute (fwd + bwd + recompute)",
     "time_tp_comm_s": "TP/SP collectives",
@@ -80,6 +82,23 @@ def plans_json(plans: Sequence[Plan]) -> str:
 def plan_json(plan: Plan) -> str:
     """One plan as a JSON object (estimate --json)."""
     return json.dumps(plan_rows([plan])[0], indent=2)
+
+
+def job_label(gpu: GpuProfile, job: JobSpec) -> str:
+    """The job's precision and non-default recipe, as the tables' titles print it. A profile
+    measured with gloo (`planner profile` on CPUs) ran its matmuls in fp32, whatever the job's
+    16-bit name says."""
+    precision = job.precision
+    if (gpu.provenance or {}).get("backend") == "gloo":
+        precision = "fp32 (CPU profile)"
+    recipe = [name for name, on in (("tp-comm-overlap", job.tp_comm_overlap),
+                                     ("no-p2p-overlap", not job.p2p_overlap),
+                                     ("no-grad-overlap", not job.grad_overlap)) if on]
+    if job.attention != "flash":
+        recipe.append(f"{job.attention} attention")
+    if job.grad_dtype != "auto":
+        recipe.append(f"grads {job.grad_dtype}")
+    return ", ".join([precision, *recipe])
 
 
 def layout_label(plan: Plan) -> str:

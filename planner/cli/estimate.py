@@ -126,7 +126,8 @@ def estimate_cmd(
 
     console = Console()
     console.print(
-        f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), {job.precision}"
+        f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), "
+        f"{report.job_label(cluster_spec.gpu, job)}"
     )
     report.print_estimate(plan, console)
     if csv is not None:

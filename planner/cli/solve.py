@@ -129,7 +129,7 @@ def solve_cmd(
     pinned = " ".join(f"{k}={v}" for k, v in pins.items())
     title = (
         f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), seq {job.seq_len}, "
-        f"global batch {job.global_batch}, {job.precision}"
+        f"global batch {job.global_batch}, {report.job_label(cluster_spec.gpu, job)}"
         + (f"; pinned {pinned}" if pinned else "")
     )
     report.print_plans_table(plans, console, title=title)

@@ -30,3 +30,29 @@ def test_unfused_attention_is_slower_and_a_bad_choice_exits_2():
                           "--cluster", "128xA100", "--tp", "8", "--attention", "sdpa"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_tp_comm_overlap_hides_most_tp_traffic_and_the_title_says_so():
+    """70B at tp 8 on A100: the layer GEMMs outlast the SP collectives, so overlap leaves one
+    chunk in 8 of each layer's traffic plus the unoverlapped embedding and head collectives."""
+    plain, over = _estimate(), _estimate("--tp-comm-overlap")
+    assert 0.1 < over["time_tp_comm_s"] / plain["time_tp_comm_s"] < 0.2
+    assert over["time_compute_s"] == pytest.approx(plain["time_compute_s"])
+    text = subprocess.run([sys.executable, "-m", "planner", "estimate", "--model", "llama70b",
+                           "--cluster", "128xA100", "--tp", "8", "--pp", "4",
+                           "--tp-comm-overlap"], capture_output=True, text=True, check=True)
+    assert "bf16, tp-comm-overlap" in text.stdout
+
+
+def test_cpu_profile_title_says_fp32():
+    """A gloo-measured profile ran its matmuls in fp32: the title must not claim bf16."""
+    from pathlib import Path
+
+    import planner.validate
+
+    profile = Path(planner.validate.__file__).parent / "measured" / "cpu-gloo-2proc.yaml"
+    text = subprocess.run([sys.executable, "-m", "planner", "estimate", "--model",
+                           "examples/tiny-llama.yaml", "--cluster", "1x2xcpu-gloo-2proc",
+                           "--profile", str(profile), "--tp", "2", "--pp", "1"],
+                          capture_output=True, text=True, check=True)
+    assert "fp32 (CPU profile)" in text.stdout and "bf16" not in text.stdout.splitlines()[0]
