@@ -44,7 +44,7 @@ TUNE_SOURCES = ("dgxc_benchmarking", "llmfoundry_mpt_bench")
 # efficiency. The GEMM size dependence, DP overlap, link latencies, HBM efficiency and per-step
 # overhead stay at their sources' values: fitted on published tables they absorb each source's
 # quirks (the size shift ran to its bound) and made the held-out error worse.
-TUNE_KNOBS = ("gemm_scale", "attention_efficiency")
+TUNE_KNOBS = ("gemm_scale", "attention_efficiency", "fused_attention_efficiency")
 RUNS_PER_KNOB = 20  # a GPU with n tuning runs fits the first n // 20 knobs (at least one)
 # Same chip, other memory or packaging: a fit of the first serves the second.
 SIBLINGS = (("A100-SXM4-80GB", "A100-SXM4-40GB"), ("GB200", "B200"), ("H100-SXM", "H200"),

@@ -167,6 +167,10 @@ def recipe_of(framework: str, notes: str) -> dict[str, str | bool]:
         # overlap_p2p_comm arrived with Megatron-Core (2023); DeepSpeed's pipeline engine has
         # no interleaving and blocks on its sends
         out["p2p_overlap"] = False
+    if "nemo" in framework.lower() or "maxtext" in framework.lower():
+        # Transformer Engine's DotProductAttention runs cuDNN fused attention on Hopper and
+        # later (NeMo / Megatron-Bridge); MaxText's GPU configs use attention=cudnn_flash_te
+        out["attention"] = "cudnn"
     if "nemo" in framework.lower():
         # NeMo / Megatron-Bridge performance recipes overlap TP communication with the GEMMs
         # (MegatronCommOverlapCallback / CommOverlapConfig(tp_comm_overlap=True), userbuffers

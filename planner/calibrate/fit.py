@@ -62,7 +62,10 @@ def knobs_for(profile: GpuProfile) -> list[Knob]:
              "factor on the GEMM efficiency curve (capped so no point exceeds 1)"),
         Knob("gemm_size_log2", -8.0, 8.0, False,
              "size dependence: the curve's x moves by 2^k FLOP (k > 0: bigger GEMMs needed)"),
-        Knob("attention_efficiency", 0.05, 1.0, True, "fraction of peak for fused attention"),
+        Knob("attention_efficiency", 0.05, 1.0, True,
+             "fraction of peak for flash (FlashAttention-2 class) attention"),
+        Knob("fused_attention_efficiency", 0.05, 1.0, True,
+             "fraction of peak for cuDNN / FlashAttention-3 class attention (attention=cudnn)"),
         Knob("hbm_efficiency", 0.2, 1.0, True, "achieved fraction of the HBM spec"),
         Knob("intra_bw_scale", 0.02, 2.0, True, "factor on the scale-up busbw curve"),
         Knob("intra_size_log2", -6.0, 12.0, False,
@@ -92,6 +95,8 @@ def stock_values(profile: GpuProfile) -> dict[str, float]:
     return {
         "gemm_scale": 1.0, "fp8_gemm_scale": 1.0, "gemm_size_log2": 0.0,
         "attention_efficiency": min(profile.attention_efficiency, 1.0),
+        "fused_attention_efficiency": min(
+            profile.fused_attention_efficiency or profile.attention_efficiency, 1.0),
         "hbm_efficiency": profile.hbm_efficiency,
         "intra_bw_scale": 1.0, "intra_size_log2": 0.0, "inter_size_log2": 0.0,
         "intra_latency_us": profile.intra_node.latency_us,
@@ -116,6 +121,7 @@ def apply_values(profile: GpuProfile, values: dict[str, float]) -> GpuProfile:
     update: dict[str, Any] = {
         "gemm_efficiency": _scaled(profile.gemm_efficiency, v["gemm_scale"], size, cap=1.0),
         "attention_efficiency": v["attention_efficiency"],
+        "fused_attention_efficiency": v["fused_attention_efficiency"],
         "hbm_efficiency": v["hbm_efficiency"],
         "dp_overlap": v["dp_overlap"],
         "step_overhead_s": v["step_overhead_s"],

@@ -19,6 +19,7 @@ class RecomputeChoice(str, Enum):
 
 class AttentionChoice(str, Enum):
     flash = "flash"
+    cudnn = "cudnn"
     unfused = "unfused"
 
 
@@ -77,7 +78,9 @@ ProfileOpt = Annotated[
 AttentionOpt = Annotated[
     AttentionChoice,
     typer.Option(
-        "--attention", help="Attention kernel: flash (fused) or unfused (2021-22 stacks)."
+        "--attention",
+        help="Attention kernel: flash (FlashAttention-2 class), cudnn (Transformer Engine's cuDNN "
+        "fused attention, FlashAttention-3 class on Hopper+) or unfused (2021-22 stacks).",
     ),
 ]
 GradDtypeOpt = Annotated[

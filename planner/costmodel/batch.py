@@ -328,7 +328,7 @@ def estimate_batch(
 
     # ---- activations ----------------------------------------------------------------------
     keys = s / cp
-    flash = kind == "flash"
+    flash = kind != "unfused"  # fused kernels (flash, cudnn) keep no s x s tensors
     act_d = memory.activation_per_token(
         memory.layer_activation(model, False), tp, sp, rc, keys, flash
     )

@@ -29,9 +29,9 @@ ATTENTION_BACKWARD_FACTOR = 2.5
 
 
 def attention_backward_factor(attention_kind: str) -> float:
-    """Backward / forward time of the attention core: flash 2.5 (above); unfused 2 (its GEMMs'
-    dgrad + wgrad, and the softmax backward reads two tensors and writes one)."""
-    return ATTENTION_BACKWARD_FACTOR if attention_kind == "flash" else BACKWARD_FACTOR
+    """Backward / forward time of the attention core: fused (flash, cudnn) 2.5; unfused 2 (its
+    GEMMs' dgrad + wgrad, and the softmax backward reads two tensors and writes one)."""
+    return BACKWARD_FACTOR if attention_kind == "unfused" else ATTENTION_BACKWARD_FACTOR
 # Element-wise bytes per token per layer in forward, read + write at 2 bytes/element: each norm
 # reads and writes h (2 x 2h x 2 B), each residual add reads 2h and writes h (2 x 3h x 2 B).
 NORM_RESIDUAL_BYTES_PER_H = 2 * 2 * 2 + 2 * 3 * 2  # = 20 h bytes, divided by t with SP only
@@ -149,7 +149,7 @@ def layer_forward_times(
     attention_kind: str = "flash",
 ) -> LayerTimes:
     """Forward time of one transformer layer for `tokens` local tokens (mbs x s / cp) per rank;
-    attention_kind is JobSpec.attention (flash or unfused)."""
+    attention_kind is JobSpec.attention (flash, cudnn or unfused)."""
     peak, curve = matmul_peak_and_curve(gpu, precision)
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
@@ -190,9 +190,10 @@ def layer_forward_times(
         attention = unfused_attention_time(model, gpu, precision, tokens, tp, seq_len)
     else:
         attn_flop = model.attention_flops_per_token(seq_len, causal=True) / model.num_hidden_layers
-        attention = (
-            attn_flop * tokens / tp / (attention_peak(gpu, precision) * gpu.attention_efficiency)
-        )
+        eff = gpu.attention_efficiency
+        if attention_kind == "cudnn" and gpu.fused_attention_efficiency is not None:
+            eff = gpu.fused_attention_efficiency
+        attention = attn_flop * tokens / tp / (attention_peak(gpu, precision) * eff)
     # element-wise: norms + residuals (replicated across TP unless SP), rotary on q and k,
     # the activation function (reads its inputs, writes ffn), all at 2 bytes/element
     rep_div = np.where(sp, tp, 1.0)

@@ -103,6 +103,13 @@ class GpuProfile(BaseModel):
     fp8_gemm_efficiency: Curve | None = Field(
         default=None, description="As gemm_efficiency, against the FP8 peak."
     )
+    fused_attention_efficiency: float | None = Field(
+        default=None,
+        gt=0,
+        le=1.2,
+        description="As attention_efficiency, for cuDNN / FlashAttention-3 class kernels "
+        "(JobSpec.attention='cudnn'); None: attention_efficiency.",
+    )
     sm_count: PositiveInt | None = Field(
         default=None,
         description="Streaming multiprocessors, for the GEMM tile and wave quantization "
@@ -284,11 +291,14 @@ class JobSpec(BaseModel):
             "GPipe block on them)."
         ),
     )
-    attention: Literal["flash", "unfused"] = Field(
+    attention: Literal["flash", "cudnn", "unfused"] = Field(
         default="flash",
         description=(
-            "Attention kernel: flash (fused, no s x s tensors kept) or unfused (Megatron 2021-22: "
-            "score tensors kept, softmax memory-bound, QK^T and AV as batched GEMMs)."
+            "Attention kernel: flash (FlashAttention-2 class, fused, no s x s tensors kept; "
+            "profile.attention_efficiency), cudnn (Transformer Engine's cuDNN fused attention, "
+            "FlashAttention-3 class on Hopper and later; profile.fused_attention_efficiency) or "
+            "unfused (Megatron 2021-22: score tensors kept, softmax memory-bound, QK^T and AV "
+            "as batched GEMMs)."
         ),
     )
 

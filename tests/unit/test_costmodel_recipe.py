@@ -96,3 +96,25 @@ def test_reduction_after_backward_is_fully_exposed():
     assert est.time_dp_comm_exposed_s == pytest.approx(expected, rel=1e-3)
     hidden = estimate(model, cluster(gpu, 8), job(model, global_batch=8), lo)
     assert hidden.time_dp_comm_exposed_s < est.time_dp_comm_exposed_s
+
+
+def test_cudnn_attention_runs_at_the_fused_efficiency():
+    """attention="cudnn" reads profile.fused_attention_efficiency: on a flat GPU (100 TFLOP/s,
+    flash at 0.5) with a fused efficiency of 0.8, the attention core (causal 2 s^2 a d / t FLOP
+    per layer forward, 3.5x for forward + backward) takes 0.5/0.8 of the flash time; memory is
+    the same (neither keeps s x s tensors). Without the field, cudnn falls back to flash."""
+    model = gpt3_175b()
+    s, a, d, L, t = 2048, 96, 128, 96, 8
+    lo = Layout(tp=t, pp=1, dp=1, mbs=1, zero=0, recompute="none", sp=True)
+    gpu = flat_gpu(tflops=100.0, eff=0.5, fused_attention_efficiency=0.8)
+    cl = cluster(gpu, 8)
+    flash = estimate(model, cl, job(model, global_batch=1), lo)
+    fused = estimate(model, cl, job(model, global_batch=1, attention="cudnn"), lo)
+    attn_flash = L * 3.5 * 2 * s * s * a * d / t / (100e12 * 0.5)
+    expected = attn_flash * (1 - 0.5 / 0.8)
+    assert flash.time_compute_s - fused.time_compute_s == pytest.approx(expected, rel=1e-9)
+    assert fused.mem_activations_gb == pytest.approx(flash.mem_activations_gb)
+    plain = cluster(flat_gpu(tflops=100.0, eff=0.5), 8)
+    assert estimate(model, plain, job(model, global_batch=1, attention="cudnn"),
+                    lo).time_compute_s == pytest.approx(
+        estimate(model, plain, job(model, global_batch=1), lo).time_compute_s)

@@ -141,9 +141,11 @@ def test_recipe_follows_the_framework():
         "p2p_overlap": False}
     assert recipe_of("Megatron-LM (commit 8aa4619, 2021)", "") == {
         "attention": "unfused", "grad_overlap": False, "p2p_overlap": False}
-    assert recipe_of("NeMo Megatron 24.11 (Megatron-Core)", "") == {"tp_comm_overlap": True}
+    assert recipe_of("NeMo Megatron 24.11 (Megatron-Core)", "") == {
+        "attention": "cudnn", "tp_comm_overlap": True}
     assert recipe_of("Megatron-Bridge / NeMo 26.06 (Megatron-Core)", "") == {
-        "tp_comm_overlap": True}
+        "attention": "cudnn", "tp_comm_overlap": True}
+    assert recipe_of("MaxText (JAX/XLA on GPU)", "") == {"attention": "cudnn"}
     assert recipe_of("MosaicML Composer/llm-foundry (PyTorch FSDP)", "") == {}
 
 
