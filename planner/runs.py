@@ -142,7 +142,7 @@ def recompute_of(text: str | None) -> str | None:
     return None
 
 
-def recipe_of(framework: str, notes: str) -> dict[str, str | bool]:
+def recipe_of(framework: str, notes: str) -> dict[str, str | bool | float]:
     """JobSpec attention / grad_dtype a row's software implies (rules by framework, not by row).
 
     Unfused attention: Megatron-DeepSpeed (BLOOM, 2022) and Megatron-LM builds dated before 2023
@@ -151,7 +151,7 @@ def recipe_of(framework: str, notes: str) -> dict[str, str | bool]:
     row names it, adds an unsharded fp32 accumulator ("half+fp32"). Gradient reduction after the
     backward (grad_overlap False) for both. Everything else keeps the JobSpec defaults (flash,
     Megatron/FSDP gradients by ZeRO stage, overlapped reduction)."""
-    out: dict[str, str | bool] = {}
+    out: dict[str, str | bool | float] = {}
     years = [int(y) for y in re.findall(r"\b(20\d\d)\b", framework)]
     deepspeed = "deepspeed" in framework.lower()
     if deepspeed or ("megatron" in framework.lower() and years and max(years) <= 2022):
@@ -162,6 +162,12 @@ def recipe_of(framework: str, notes: str) -> dict[str, str | bool]:
         # DeepSpeed's pipeline engine reduces gradients in a ReduceGrads step after the last
         # backward; Megatron-LM's 2021 "local" DDP all-reduced after the backward too.
         out["grad_overlap"] = False
+    if deepspeed:
+        # Megatron-DeepSpeed's PyTorch 1.10-1.11 / CUDA 11.x of early 2022 loaded every kernel at start-up (1573 MiB
+        # context measured by BigScience on A100), above the profiles' lazy-loading reserve.
+        from planner.costmodel.memory import EAGER_CUDA_CONTEXT_EXTRA_GIB
+
+        out["runtime_extra_gib"] = EAGER_CUDA_CONTEXT_EXTRA_GIB
     return out
 
 

@@ -342,7 +342,13 @@ def estimate_batch(
     zero_units = np.select(
         [z == 2, z == 3], [unit_c, memory.ZERO3_LIVE_UNITS * unit_c], default=0.0
     )
-    mem_other = coll[col] + zero_units
+    # DeepSpeed recipes: the fp32 copy of the largest gradient, the reduction's flat bucket
+    # (memory.recipe_buffers); buffers that only exist after the backward count beyond the
+    # activations they replace: peak = max(activations + backward buffers, after-backward ones).
+    grad_elems = memory.largest_grad_elements(model, st["emb"] + st["head"]) / tp[col]
+    during, after = memory.recipe_buffers(job.grad_dtype, grad_elems, p_dense + p_exp)
+    backward_other = coll[col] + zero_units + during
+    mem_other = np.maximum(backward_other, after - mem_act) + job.runtime_extra_gib * GIB
 
     total = mem_w + mem_g + mem_o + mem_act + mem_other
     peak_stage = np.argmax(total, axis=1)

@@ -195,3 +195,63 @@ def activation_per_token(act: LayerActivation, tp, sp, recompute, keys, flash: b
 def full_layer_activation_per_token(act: LayerActivation, tp, sp, keys, flash: bool = True):  # noqa: ANN001, ANN201
     """One layer's activations without recompute: the working set full recompute rebuilds."""
     return activation_per_token(act, tp, sp, np.zeros_like(np.asarray(tp)), keys, flash)
+
+
+# ---- DeepSpeed (2022) recipes: transient buffers and runtime memory ----------------------------
+# The "half" (fp16/bf16 ZeRO-1, DeepSpeed stage_1_and_2 / stage2.py) and "half+fp32"
+# (DeepSpeed BF16_Optimizer) gradient recipes are DeepSpeed code paths; these terms follow them.
+DEEPSPEED_GRAD_RECIPES = ("half", "half+fp32")
+# fp32 copy of one gradient tensor (bytes per element). fp16 ZeRO-1: the step's overflow check
+# runs _has_inf_or_nan(p.grad) on every 16-bit gradient, `float(x.float().sum())`, a full fp32
+# copy of the tensor (DeepSpeed 0.5-0.6 zero/stage2.py has_overflow_serial), after the backward.
+# BF16_Optimizer.update_hp_grads adds `lp.grad.data.to(hp_grad.dtype)` into the fp32
+# accumulator after each micro-batch's backward, while the other micro-batches' activations
+# are alive (DeepSpeed runtime/bf16_optimizer.py).
+GRAD_CAST_BYTES = 4.0
+# DeepSpeed ZeRO-1 reduces the 16-bit gradients in buckets of reduce_bucket_size = 5e8
+# elements (zero/constants.py ZERO_OPTIMIZATION_REDUCE_BUCKET_SIZE_DEFAULT); at stage 1 the
+# engine turns contiguous_gradients off (engine.py _configure_zero_optimizer: "Overlap and
+# contiguous grads are meaningless in stage 1"), so each bucket is flattened into a new 16-bit
+# tensor (allreduce_bucket: self.flatten(bucket)) for its reduction, after the backward.
+# BF16_Optimizer reduces its flat fp32 buffer, one tensor per parameter group, through
+# buffered_allreduce_fallback: flattening one tensor is a view, nothing is copied.
+DS_REDUCE_BUCKET_ELEMENTS = 5e8
+# CUDA context of a process that loads every kernel at start-up (CUDA before 11.7, no lazy
+# module loading; ptrblck, pytorch #107667: ">1000MB"): BigScience measured 1573 MiB on an A100
+# (`torch.ones(1).cuda()`, chronicles-prequel.md, Feb 2022). The GPU profiles' reserve counts
+# a lazy-loading context of ~0.3 GiB, so the older software needs the difference on top.
+EAGER_CUDA_CONTEXT_EXTRA_GIB = (1573 - 300) / 1024
+
+
+def largest_grad_elements(model: ModelSpec, end_stage):  # noqa: ANN001, ANN201
+    """Elements of the largest gradient tensor on a stage, all TP ranks together: the
+    vocab-parallel embedding / LM head (V x h) where the stage holds one (`end_stage` true),
+    else the largest matrix of a layer (fused QKV, the MLP's first matrix: gate and up fused
+    under SwiGLU, as Megatron stores them; one expert's for MoE). Divide by tp for one GPU."""
+    h = model.hidden_size
+    if model.is_mla:
+        qkv = h * ((model.q_lora_rank or 0) + (model.kv_lora_rank or 0))
+    else:
+        qkv = h * (model.num_attention_heads + 2 * model.kv_heads) * model.head_size
+    width = 2 if model.activation == "swiglu" else 1
+    ffn = model.intermediate_size if not model.is_moe else max(
+        model.intermediate_size if model.num_moe_layers < model.num_hidden_layers else 0,
+        model.expert_ffn)
+    layer = max(qkv, width * ffn * h)
+    return np.where(np.asarray(end_stage) > 0, max(layer, model.vocab_size * h), layer)
+
+
+def recipe_buffers(grad_dtype: str, grad_elements, stage_params):  # noqa: ANN001, ANN201
+    """(during_backward, after_backward) transient bytes of a gradient recipe on one GPU.
+
+    grad_elements: elements of the GPU's largest gradient tensor; stage_params: parameters on the
+    GPU. during_backward coexists with the activations; after_backward (the reduction and the
+    step's overflow check) comes once they are freed. Zero for the non-DeepSpeed recipes."""
+    grad_elements = np.asarray(grad_elements, dtype=float)
+    zero = np.zeros_like(grad_elements)
+    if grad_dtype == "half+fp32":
+        return GRAD_CAST_BYTES * grad_elements, zero
+    if grad_dtype == "half":
+        bucket = np.minimum(DS_REDUCE_BUCKET_ELEMENTS, stage_params) * WEIGHT_BYTES
+        return zero, np.maximum(GRAD_CAST_BYTES * grad_elements, bucket)
+    return zero, zero

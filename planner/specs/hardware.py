@@ -269,6 +269,15 @@ class JobSpec(BaseModel):
             "score tensors kept, softmax memory-bound, QK^T and AV as batched GEMMs)."
         ),
     )
+    runtime_extra_gib: float = Field(
+        default=0.0,
+        ge=0,
+        description=(
+            "Per-GPU runtime memory the GPU profile's reserve_gib does not cover, GiB (counted "
+            "in mem_other): e.g. a CUDA context that loads every kernel at start-up (CUDA before "
+            "11.7), which planner.runs sets for 2022 DeepSpeed runs."
+        ),
+    )
 
     @property
     def tokens_per_step(self) -> int:
