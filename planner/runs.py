@@ -163,7 +163,7 @@ def recipe_of(framework: str, notes: str) -> dict[str, str | bool | float]:
         # backward; Megatron-LM's 2021 "local" DDP all-reduced after the backward too.
         out["grad_overlap"] = False
     if deepspeed:
-        # Megatron-DeepSpeed's PyTorch 1.10-1.11 / CUDA 11.x of early 2022 loaded every kernel at start-up (1573 MiB
+        # Megatron-DeepSpeed's CUDA 11.x of early 2022 loaded every kernel at start-up (1573 MiB
         # context measured by BigScience on A100), above the profiles' lazy-loading reserve.
         from planner.costmodel.memory import EAGER_CUDA_CONTEXT_EXTRA_GIB
 
