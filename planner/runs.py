@@ -142,7 +142,7 @@ def recompute_of(text: str | None) -> str | None:
     return None
 
 
-def recipe_of(framework: str, notes: str) -> dict[str, str | bool | float]:
+def recipe_of(framework: str, notes: str) -> dict[str, str | bool]:
     """JobSpec attention / grad_dtype a row's software implies (rules by framework, not by row).
 
     Unfused attention: Megatron-DeepSpeed (BLOOM, 2022) and Megatron-LM builds dated before 2023
@@ -151,7 +151,7 @@ def recipe_of(framework: str, notes: str) -> dict[str, str | bool | float]:
     row names it, adds an unsharded fp32 accumulator ("half+fp32"). Gradient reduction after the
     backward (grad_overlap False) for both. Everything else keeps the JobSpec defaults (flash,
     Megatron/FSDP gradients by ZeRO stage, overlapped reduction)."""
-    out: dict[str, str | bool | float] = {}
+    out: dict[str, str | bool] = {}
     years = [int(y) for y in re.findall(r"\b(20\d\d)\b", framework)]
     deepspeed = "deepspeed" in framework.lower()
     if deepspeed or ("megatron" in framework.lower() and years and max(years) <= 2022):
@@ -163,11 +163,8 @@ def recipe_of(framework: str, notes: str) -> dict[str, str | bool | float]:
         # backward; Megatron-LM's 2021 "local" DDP all-reduced after the backward too.
         out["grad_overlap"] = False
     if deepspeed:
-        # Megatron-DeepSpeed's CUDA 11.x of early 2022 loaded every kernel at start-up (1573 MiB
-        # context measured by BigScience on A100), above the profiles' lazy-loading reserve.
-        from planner.costmodel.memory import EAGER_CUDA_CONTEXT_EXTRA_GIB
-
-        out["runtime_extra_gib"] = EAGER_CUDA_CONTEXT_EXTRA_GIB
+        # Megatron-DeepSpeed ran DeepSpeed 0.5-0.6 and CUDA 11.x (every kernel loaded at start-up)
+        out["software"] = "deepspeed-2022"
     return out
 
 

@@ -45,6 +45,9 @@ LOGIT_BYTES = 4.0
 # run without dropout (Llama 2/3, Mistral, MPT resid/attn/emb_pdrop 0, BLOOM 0, NeMo Llama
 # configs hidden_dropout 0). layer_activation(dropout=True) gives Korthikanti's GPT counts.
 DROPOUT = False
+# Bytes per element of a GEMM input Transformer Engine saves for the backward under FP8 (the
+# quantized copy, column-wise data only: TE module/linear.py; see layer_activation).
+FP8_SAVED_INPUT_BYTES = 1
 
 
 def param_state_bytes(
@@ -132,38 +135,51 @@ class LayerActivation:
     layer_input: float
 
 
-def layer_activation(model: ModelSpec, moe: bool, dropout: bool | None = None) -> LayerActivation:
+def layer_activation(
+    model: ModelSpec, moe: bool, dropout: bool | None = None, precision: str = "bf16"
+) -> LayerActivation:
     """Activation bytes per token of one layer, derived from the spec (Korthikanti 2022 sec. 4.1
     generalized: GQA shrinks K and V to kv_heads, SwiGLU stores gate and up outputs (2 x ffn)
-    plus their product, MoE stores each routed copy of the token and its expert hidden tensors)."""
+    plus their product, MoE stores each routed copy of the token and its expert hidden tensors).
+
+    precision "fp8" (Transformer Engine): the Linear / LayerNormLinear / LayerNormMLP layers
+    save their quantized 1-byte input for the weight-gradient GEMM instead of the 16-bit one
+    (TE module/linear.py, layernorm_linear.py, layernorm_mlp.py: `saved_inputmat = inputmat`
+    after `inputmat.update_usage(rowwise_usage=False, columnwise_usage=True)`): the QKV and FC1
+    inputs (the norm outputs), the FC2 input (activation output) and each routed copy entering
+    the experts. The norm inputs, the FC1 output (for the activation's backward) and flash
+    attention's Q, K, V, O stay 16-bit; the out-projection quantizes O into its own 1-byte copy,
+    kept beside flash's 16-bit O (one tensor under bf16, where both hold the same O)."""
     drop = uses_dropout(model) if dropout is None else dropout
+    lin = FP8_SAVED_INPUT_BYTES if precision == "fp8" else 2  # bytes of a saved GEMM input
+    proj_copy = FP8_SAVED_INPUT_BYTES if precision == "fp8" else 0
     h, a = model.hidden_size, model.num_attention_heads
     if model.is_mla:
         qk = (model.qk_nope_head_dim or 0) + (model.qk_rope_head_dim or 0)
         v = model.v_head_dim or model.head_size
         # q, k (full heads after up-projection), v, context, plus the low-rank latents
-        attn = 2 * (a * qk + a * qk + a * v + a * v)
-        attn += 2 * ((model.kv_lora_rank or 0) + (model.q_lora_rank or 0))
+        attn = 2 * (a * qk + a * qk + a * v + a * v) + proj_copy * a * v
+        attn += lin * ((model.kv_lora_rank or 0) + (model.q_lora_rank or 0))
         kv_part = 0
     else:
         d, kv = model.head_size, model.kv_heads
-        attn = 2 * (a * d + a * d)  # Q, context (out-proj input)
+        attn = 2 * (a * d + a * d) + proj_copy * a * d  # Q, context (out-proj input)
         kv_part = 2 * 2 * kv * d  # K and V
 
     def mlp_hidden(ffn: int) -> int:
-        # gelu / squared relu: fc1 output + activation output, 2 bytes each (Korthikanti: 16sbh
-        # at ffn = 4h); swiglu: gate and up outputs + their product
-        return (6 if model.activation == "swiglu" else 4) * ffn
+        # gelu / squared relu: fc1 output (2 bytes) + activation output (the FC2 input)
+        # (Korthikanti: 16sbh at ffn = 4h); swiglu: gate and up outputs + their product
+        return (4 if model.activation == "swiglu" else 2) * ffn + lin * ffn
 
     if moe:
         k = model.num_experts_per_tok
-        mlp = k * (mlp_hidden(model.expert_ffn) + 2 * h)  # each routed copy: input + hidden
+        mlp = k * (mlp_hidden(model.expert_ffn) + lin * h)  # each routed copy: input + hidden
         mlp += model.num_shared_experts * mlp_hidden(model.expert_ffn)
         mlp += 4 * model.num_experts  # fp32 router logits/probabilities
     else:
         mlp = mlp_hidden(model.intermediate_size)
     replicated = (
-        2 * 2 * h + 2 * h + 2 * h + (2 * h if drop else 0)
+        2 * 2 * h + lin * h + lin * h + (2 * h if drop else 0)
     )  # norm ins, QKV in, MLP in, masks
     return LayerActivation(
         replicated=float(replicated),
@@ -197,10 +213,9 @@ def full_layer_activation_per_token(act: LayerActivation, tp, sp, keys, flash: b
     return activation_per_token(act, tp, sp, np.zeros_like(np.asarray(tp)), keys, flash)
 
 
-# ---- DeepSpeed (2022) recipes: transient buffers and runtime memory ----------------------------
-# The "half" (fp16/bf16 ZeRO-1, DeepSpeed stage_1_and_2 / stage2.py) and "half+fp32"
-# (DeepSpeed BF16_Optimizer) gradient recipes are DeepSpeed code paths; these terms follow them.
-DEEPSPEED_GRAD_RECIPES = ("half", "half+fp32")
+# ---- JobSpec.software "deepspeed-2022": transient buffers and runtime memory -------------------
+# DeepSpeed 0.5-0.6 as Megatron-DeepSpeed ran it (BLOOM, Feb-Mar 2022), by gradient recipe:
+# "half" is the fp16/bf16 ZeRO-1 optimizer (zero/stage2.py), "half+fp32" the BF16_Optimizer.
 # fp32 copy of one gradient tensor (bytes per element). fp16 ZeRO-1: the step's overflow check
 # runs _has_inf_or_nan(p.grad) on every 16-bit gradient, `float(x.float().sum())`, a full fp32
 # copy of the tensor (DeepSpeed 0.5-0.6 zero/stage2.py has_overflow_serial), after the backward.
@@ -241,17 +256,25 @@ def largest_grad_elements(model: ModelSpec, end_stage):  # noqa: ANN001, ANN201
     return np.where(np.asarray(end_stage) > 0, max(layer, model.vocab_size * h), layer)
 
 
-def recipe_buffers(grad_dtype: str, grad_elements, stage_params):  # noqa: ANN001, ANN201
-    """(during_backward, after_backward) transient bytes of a gradient recipe on one GPU.
-
-    grad_elements: elements of the GPU's largest gradient tensor; stage_params: parameters on the
-    GPU. during_backward coexists with the activations; after_backward (the reduction and the
-    step's overflow check) comes once they are freed. Zero for the non-DeepSpeed recipes."""
+def recipe_buffers(software: str, grad_dtype: str, grad_elements, stage_params):  # noqa: ANN001, ANN201
+    """(during_backward, after_backward) transient bytes of the software's gradient recipe on
+    one GPU. grad_elements: elements of the GPU's largest gradient tensor; stage_params:
+    parameters on the GPU. during_backward coexists with the activations; after_backward (the
+    reduction, the step's overflow check) comes once they are freed. Zero unless software is
+    "deepspeed-2022" (current Megatron-Core reduces its contiguous buffer in place)."""
     grad_elements = np.asarray(grad_elements, dtype=float)
     zero = np.zeros_like(grad_elements)
+    if software != "deepspeed-2022":
+        return zero, zero
     if grad_dtype == "half+fp32":
         return GRAD_CAST_BYTES * grad_elements, zero
     if grad_dtype == "half":
         bucket = np.minimum(DS_REDUCE_BUCKET_ELEMENTS, stage_params) * WEIGHT_BYTES
         return zero, np.maximum(GRAD_CAST_BYTES * grad_elements, bucket)
     return zero, zero
+
+
+def runtime_extra_bytes(software: str) -> float:
+    """Per-GPU runtime memory beyond the GPU profile's reserve, bytes: the eager CUDA context of
+    "deepspeed-2022" (EAGER_CUDA_CONTEXT_EXTRA_GIB), none for current software."""
+    return EAGER_CUDA_CONTEXT_EXTRA_GIB * 2**30 if software == "deepspeed-2022" else 0.0

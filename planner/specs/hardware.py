@@ -269,13 +269,14 @@ class JobSpec(BaseModel):
             "score tensors kept, softmax memory-bound, QK^T and AV as batched GEMMs)."
         ),
     )
-    runtime_extra_gib: float = Field(
-        default=0.0,
-        ge=0,
+    software: Literal["current", "deepspeed-2022"] = Field(
+        default="current",
         description=(
-            "Per-GPU runtime memory the GPU profile's reserve_gib does not cover, GiB (counted "
-            "in mem_other): e.g. a CUDA context that loads every kernel at start-up (CUDA before "
-            "11.7), which planner.runs sets for 2022 DeepSpeed runs."
+            "Training software whose runtime memory the model adds. current: Megatron-Core / "
+            "FSDP / Transformer Engine with lazily loaded CUDA kernels (the GPU profile's "
+            "reserve). deepspeed-2022: DeepSpeed 0.5-0.6 (Megatron-DeepSpeed): an fp32 copy of "
+            "the largest gradient, the ZeRO-1 reduce bucket, a CUDA context that loads every "
+            "kernel at start-up."
         ),
     )
 

@@ -133,13 +133,12 @@ def test_validate_records(tmp_path):
 def test_recipe_follows_the_framework():
     """Rules by framework: Megatron-DeepSpeed 2022 and Megatron-LM 2021 predate flash attention;
     DeepSpeed keeps 16-bit grads, plus an fp32 accumulator with its BF16_Optimizer."""
-    context = (1573 - 300) / 1024  # BigScience's measured A100 context less the profiles' 0.3 GiB
     assert recipe_of("Megatron-DeepSpeed", "Precision not stated (pre BF16-optimizer).") == {
         "attention": "unfused", "grad_dtype": "half", "grad_overlap": False,
-        "runtime_extra_gib": context}
+        "software": "deepspeed-2022"}
     assert recipe_of("Megatron-DeepSpeed", "BF16 with new BF16_Optimizer (fp32 grad ...)") == {
         "attention": "unfused", "grad_dtype": "half+fp32", "grad_overlap": False,
-        "runtime_extra_gib": context}
+        "software": "deepspeed-2022"}
     assert recipe_of("Megatron-LM (commit 8aa4619, 2021)", "") == {
         "attention": "unfused", "grad_overlap": False}
     assert recipe_of("NeMo Megatron 24.11 (Megatron-Core)", "") == {}
