@@ -335,16 +335,22 @@ def estimate_batch(
     zero_units = np.select(
         [z == 2, z == 3], [unit_c, memory.ZERO3_LIVE_UNITS * unit_c], default=0.0
     )
-    # JobSpec.software "deepspeed-2022": the fp32 copy of the largest gradient and the reduce
-    # bucket (memory.recipe_buffers), the eager CUDA context (memory.runtime_extra_bytes).
+    # The step's fp32 gradient shard (memory.step_grad_bytes); JobSpec.software
+    # "deepspeed-2022": the fp32 copy of the largest gradient and the reduce bucket
+    # (memory.recipe_buffers), the eager CUDA context and extra NCCL communicators
+    # (memory.runtime_extra_bytes).
     # Buffers that exist only after the backward count beyond the activations they replace:
     # peak = max(activations + backward buffers, after-backward buffers).
     grad_elems = memory.largest_grad_elements(model, st["emb"] + st["head"]) / tp[col]
     during, after = memory.recipe_buffers(job.software, job.grad_dtype, grad_elems,
                                           p_dense + p_exp)
+    step_grads = (p_dense * memory.step_grad_bytes(d_dense, job.grad_dtype)[col]
+                  + p_exp * memory.step_grad_bytes(d_exp, job.grad_dtype)[col])
+    after = np.maximum(after, step_grads)  # the step's fp32 shard comes after the reduction
     backward_other = coll[col] + zero_units + during
+    end_stage = st["emb"] + st["head"]
     mem_other = np.maximum(backward_other, after - mem_act) + memory.runtime_extra_bytes(
-        job.software)
+        job.software, tp[col], pp[col], end_stage)
 
     total = mem_w + mem_g + mem_o + mem_act + mem_other
     peak_stage = np.argmax(total, axis=1)

@@ -63,10 +63,13 @@ def param_state_bytes(
 
 
 # Gradient recipes (JobSpec.grad_dtype): (bytes of the gradient that ZeRO shards by stage, bytes
-# of an unsharded fp32 accumulator, fp32 bytes sharded over d at every stage).
+# of an unsharded fp32 accumulator, fp32 bytes sharded over d that exist at the step only).
 #  "half": DeepSpeed fp16/bf16 ZeRO-1/2 keeps 16-bit gradients (ZeRO paper [S16]: ZeRO-1 =
 #    2 + 2 + K/Nd), and at the step casts its partition to an fp32 gradient for the fp32 master
-#    (DeepSpeed stage_1_and_2.py: single_partition_of_fp32_groups[i].grad): + 4/d.
+#    (DeepSpeed stage_1_and_2.py: single_partition_of_fp32_groups[i].grad): + 4/d. Megatron-Core
+#    with grad_reduce_in_fp32 off keeps a bf16 grad buffer and casts its shard the same way at
+#    the step (distrib_optimizer.py _copy_model_grads_to_main_grads: shard_model_grad.float()).
+#    The step runs after the backward has freed the activations (step_grad_bytes).
 #  "half+fp32": DeepSpeed BF16_Optimizer accumulates gradients in fp32, "extra 4 B/param
 #    unsharded" (BLOOM chronicles, published_runs rows 200-215); the partition is a view of it.
 GRAD_RECIPES: dict[str, tuple[float | None, float, float]] = {
@@ -91,12 +94,18 @@ def param_state_arrays(zero, d, grad_dtype: str = "auto"):  # noqa: ANN001, ANN2
     """Vectorized param_state_bytes; grad_dtype a JobSpec recipe (GRAD_RECIPES)."""
     zero = np.asarray(zero, dtype=int)
     d = np.asarray(d, dtype=float)
-    width, extra, fp32_part = GRAD_RECIPES[grad_dtype]
+    width, extra, _ = GRAD_RECIPES[grad_dtype]
     gb = GRAD_BYTES_BY_ZERO[zero] if width is None else np.full(zero.shape, width)
     w = np.where(WEIGHTS_SHARDED_BY_ZERO[zero], WEIGHT_BYTES / d, WEIGHT_BYTES)
-    g = np.where(GRADS_SHARDED_BY_ZERO[zero], gb / d, gb) + extra + fp32_part / d
+    g = np.where(GRADS_SHARDED_BY_ZERO[zero], gb / d, gb) + extra
     o = np.where(OPT_SHARDED_BY_ZERO[zero], OPTIMIZER_BYTES / d, OPTIMIZER_BYTES)
     return w, g, o
+
+
+def step_grad_bytes(d, grad_dtype: str = "auto"):  # noqa: ANN001, ANN201
+    """Bytes per parameter of the fp32 gradient shard a recipe creates at the optimizer step
+    (after the backward, beside the persistent gradients; see GRAD_RECIPES)."""
+    return GRAD_RECIPES[grad_dtype][2] / np.asarray(d, dtype=float)
 
 
 def checkpoint_bytes(model: ModelSpec) -> float:
@@ -273,8 +282,29 @@ def recipe_buffers(software: str, grad_dtype: str, grad_elements, stage_params):
         return zero, np.maximum(GRAD_CAST_BYTES * grad_elements, bucket)
     return zero, zero
 
+# NCCL memory per communicator: ~544 MB for a 2-rank group, ~688 MB for more ranks (measured on
+# 4x A100, nccl #964; hardware-facts 3.5). The GPU profiles' reserve counts three (TP, PP, DP).
+# DeepSpeed 0.5-0.6's pipeline engine also runs collectives on (runtime/pipe/engine.py,
+# module.py, zero/stage2.py, bf16_optimizer.py): the pipe-parallel group (_aggregate_total_loss
+# broadcasts the loss from the last stage every step), the tied-weight group of the first and
+# last stage (allreduce_tied_weight_gradients of the shared word embedding; Megatron-DeepSpeed's
+# GPTModelPipe ties it with TiedLayerSpec), and the model-parallel group, TP x PP ranks (gradient
+# norm and overflow all-reduces, _model_parallel_all_reduce / get_global_norm_of_tensors).
+NCCL_PAIR_COMM_BYTES = 544e6
+NCCL_COMM_BYTES = 688e6
 
-def runtime_extra_bytes(software: str) -> float:
-    """Per-GPU runtime memory beyond the GPU profile's reserve, bytes: the eager CUDA context of
-    "deepspeed-2022" (EAGER_CUDA_CONTEXT_EXTRA_GIB), none for current software."""
-    return EAGER_CUDA_CONTEXT_EXTRA_GIB * 2**30 if software == "deepspeed-2022" else 0.0
+
+def _comm_bytes(ranks):  # noqa: ANN001, ANN202
+    return np.where(ranks > 2, NCCL_COMM_BYTES, np.where(ranks == 2, NCCL_PAIR_COMM_BYTES, 0.0))
+
+
+def runtime_extra_bytes(software: str, tp, pp, end_stage):  # noqa: ANN001, ANN201
+    """Per-GPU runtime memory beyond the GPU profile's reserve, bytes (vectorized over layouts
+    and stages): for "deepspeed-2022" the eager CUDA context (EAGER_CUDA_CONTEXT_EXTRA_GIB) and
+    the NCCL communicators of the pipeline engine's extra groups; none for current software."""
+    tp, pp, end_stage = (np.asarray(x, dtype=float) for x in (tp, pp, end_stage))
+    if software != "deepspeed-2022":
+        return np.zeros(np.broadcast(tp, pp, end_stage).shape)
+    tied = np.where((pp > 1) & (end_stage > 0), NCCL_PAIR_COMM_BYTES, 0.0)
+    comms = _comm_bytes(pp) + tied + _comm_bytes(tp * pp)
+    return EAGER_CUDA_CONTEXT_EXTRA_GIB * 2**30 + comms
