@@ -276,7 +276,7 @@ class JobSpec(BaseModel):
             "FSDP / Transformer Engine with lazily loaded CUDA kernels (the GPU profile's "
             "reserve). deepspeed-2022: DeepSpeed 0.5-0.6 (Megatron-DeepSpeed): an fp32 copy of "
             "the largest gradient, the ZeRO-1 reduce bucket, a CUDA context that loads every "
-            "kernel at start-up."
+            "kernel at start-up, the NCCL communicators of its extra process groups."
         ),
     )
 
