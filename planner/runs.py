@@ -176,6 +176,9 @@ def recipe_of(framework: str, notes: str) -> dict[str, str | bool]:
         # (MegatronCommOverlapCallback / CommOverlapConfig(tp_comm_overlap=True), userbuffers
         # configs per model and GPU in nemo.collections.llm.recipes and scripts/performance).
         out["tp_comm_overlap"] = True
+    if deepspeed:
+        # Megatron-DeepSpeed ran DeepSpeed 0.5-0.6 and CUDA 11.x (every kernel loaded at start-up)
+        out["software"] = "deepspeed-2022"
     return out
 
 

@@ -329,14 +329,11 @@ def estimate_batch(
     # ---- activations ----------------------------------------------------------------------
     keys = s / cp
     flash = kind != "unfused"  # fused kernels (flash, cudnn) keep no s x s tensors
-    act_d = memory.activation_per_token(
-        memory.layer_activation(model, False), tp, sp, rc, keys, flash
-    )
-    act_m = (
-        memory.activation_per_token(memory.layer_activation(model, True), tp, sp, rc, keys, flash)
-        if model.is_moe
-        else act_d
-    )
+    prec = job.precision  # fp8: Transformer Engine keeps 1-byte GEMM inputs (memory.py)
+    layer_d = memory.layer_activation(model, False, precision=prec)
+    layer_m = memory.layer_activation(model, True, precision=prec) if model.is_moe else layer_d
+    act_d = memory.activation_per_token(layer_d, tp, sp, rc, keys, flash)
+    act_m = memory.activation_per_token(layer_m, tp, sp, rc, keys, flash) if model.is_moe else act_d
     flight = pipeline.in_flight(st["index"], pp[col], vpp[col], m[col])
     per_mb_layers = tokens[col] * (st["n_dense"] * act_d[col] + st["n_moe"] * act_m[col])
     rep_div = np.where(sp, tp, 1.0)
@@ -346,13 +343,9 @@ def estimate_batch(
     )
     head_extra = tokens * (2 * 2 * h / rep_div + memory.LOGIT_BYTES * voc / tp)
     # full recompute rebuilds one layer's activations (one micro-batch) during its backward
-    full_d = memory.full_layer_activation_per_token(
-        memory.layer_activation(model, False), tp, sp, keys, flash
-    )
+    full_d = memory.full_layer_activation_per_token(layer_d, tp, sp, keys, flash)
     full_m = (
-        memory.full_layer_activation_per_token(
-            memory.layer_activation(model, True), tp, sp, keys, flash
-        )
+        memory.full_layer_activation_per_token(layer_m, tp, sp, keys, flash)
         if model.is_moe
         else full_d
     )
@@ -374,7 +367,22 @@ def estimate_batch(
     zero_units = np.select(
         [z == 2, z == 3], [unit_c, memory.ZERO3_LIVE_UNITS * unit_c], default=0.0
     )
-    mem_other = coll[col] + zero_units
+    # The step's fp32 gradient shard (memory.step_grad_bytes); JobSpec.software
+    # "deepspeed-2022": the fp32 copy of the largest gradient and the reduce bucket
+    # (memory.recipe_buffers), the eager CUDA context and extra NCCL communicators
+    # (memory.runtime_extra_bytes).
+    # Buffers that exist only after the backward count beyond the activations they replace:
+    # peak = max(activations + backward buffers, after-backward buffers).
+    grad_elems = memory.largest_grad_elements(model, st["emb"] + st["head"]) / tp[col]
+    during, after = memory.recipe_buffers(job.software, job.grad_dtype, grad_elems,
+                                          p_dense + p_exp)
+    step_grads = (p_dense * memory.step_grad_bytes(d_dense, job.grad_dtype)[col]
+                  + p_exp * memory.step_grad_bytes(d_exp, job.grad_dtype)[col])
+    after = np.maximum(after, step_grads)  # the step's fp32 shard comes after the reduction
+    backward_other = coll[col] + zero_units + during
+    end_stage = st["emb"] + st["head"]
+    mem_other = np.maximum(backward_other, after - mem_act) + memory.runtime_extra_bytes(
+        job.software, tp[col], pp[col], end_stage)
 
     total = mem_w + mem_g + mem_o + mem_act + mem_other
     peak_stage = np.argmax(total, axis=1)

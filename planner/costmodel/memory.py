@@ -45,6 +45,9 @@ LOGIT_BYTES = 4.0
 # run without dropout (Llama 2/3, Mistral, MPT resid/attn/emb_pdrop 0, BLOOM 0, NeMo Llama
 # configs hidden_dropout 0). layer_activation(dropout=True) gives Korthikanti's GPT counts.
 DROPOUT = False
+# Bytes per element of a GEMM input Transformer Engine saves for the backward under FP8 (the
+# quantized copy, column-wise data only: TE module/linear.py; see layer_activation).
+FP8_SAVED_INPUT_BYTES = 1
 
 
 def param_state_bytes(
@@ -60,10 +63,13 @@ def param_state_bytes(
 
 
 # Gradient recipes (JobSpec.grad_dtype): (bytes of the gradient that ZeRO shards by stage, bytes
-# of an unsharded fp32 accumulator, fp32 bytes sharded over d at every stage).
+# of an unsharded fp32 accumulator, fp32 bytes sharded over d that exist at the step only).
 #  "half": DeepSpeed fp16/bf16 ZeRO-1/2 keeps 16-bit gradients (ZeRO paper [S16]: ZeRO-1 =
 #    2 + 2 + K/Nd), and at the step casts its partition to an fp32 gradient for the fp32 master
-#    (DeepSpeed stage_1_and_2.py: single_partition_of_fp32_groups[i].grad): + 4/d.
+#    (DeepSpeed stage_1_and_2.py: single_partition_of_fp32_groups[i].grad): + 4/d. Megatron-Core
+#    with grad_reduce_in_fp32 off keeps a bf16 grad buffer and casts its shard the same way at
+#    the step (distrib_optimizer.py _copy_model_grads_to_main_grads: shard_model_grad.float()).
+#    The step runs after the backward has freed the activations (step_grad_bytes).
 #  "half+fp32": DeepSpeed BF16_Optimizer accumulates gradients in fp32, "extra 4 B/param
 #    unsharded" (BLOOM chronicles, published_runs rows 200-215); the partition is a view of it.
 GRAD_RECIPES: dict[str, tuple[float | None, float, float]] = {
@@ -88,12 +94,18 @@ def param_state_arrays(zero, d, grad_dtype: str = "auto"):  # noqa: ANN001, ANN2
     """Vectorized param_state_bytes; grad_dtype a JobSpec recipe (GRAD_RECIPES)."""
     zero = np.asarray(zero, dtype=int)
     d = np.asarray(d, dtype=float)
-    width, extra, fp32_part = GRAD_RECIPES[grad_dtype]
+    width, extra, _ = GRAD_RECIPES[grad_dtype]
     gb = GRAD_BYTES_BY_ZERO[zero] if width is None else np.full(zero.shape, width)
     w = np.where(WEIGHTS_SHARDED_BY_ZERO[zero], WEIGHT_BYTES / d, WEIGHT_BYTES)
-    g = np.where(GRADS_SHARDED_BY_ZERO[zero], gb / d, gb) + extra + fp32_part / d
+    g = np.where(GRADS_SHARDED_BY_ZERO[zero], gb / d, gb) + extra
     o = np.where(OPT_SHARDED_BY_ZERO[zero], OPTIMIZER_BYTES / d, OPTIMIZER_BYTES)
     return w, g, o
+
+
+def step_grad_bytes(d, grad_dtype: str = "auto"):  # noqa: ANN001, ANN201
+    """Bytes per parameter of the fp32 gradient shard a recipe creates at the optimizer step
+    (after the backward, beside the persistent gradients; see GRAD_RECIPES)."""
+    return GRAD_RECIPES[grad_dtype][2] / np.asarray(d, dtype=float)
 
 
 def checkpoint_bytes(model: ModelSpec) -> float:
@@ -132,38 +144,51 @@ class LayerActivation:
     layer_input: float
 
 
-def layer_activation(model: ModelSpec, moe: bool, dropout: bool | None = None) -> LayerActivation:
+def layer_activation(
+    model: ModelSpec, moe: bool, dropout: bool | None = None, precision: str = "bf16"
+) -> LayerActivation:
     """Activation bytes per token of one layer, derived from the spec (Korthikanti 2022 sec. 4.1
     generalized: GQA shrinks K and V to kv_heads, SwiGLU stores gate and up outputs (2 x ffn)
-    plus their product, MoE stores each routed copy of the token and its expert hidden tensors)."""
+    plus their product, MoE stores each routed copy of the token and its expert hidden tensors).
+
+    precision "fp8" (Transformer Engine): the Linear / LayerNormLinear / LayerNormMLP layers
+    save their quantized 1-byte input for the weight-gradient GEMM instead of the 16-bit one
+    (TE module/linear.py, layernorm_linear.py, layernorm_mlp.py: `saved_inputmat = inputmat`
+    after `inputmat.update_usage(rowwise_usage=False, columnwise_usage=True)`): the QKV and FC1
+    inputs (the norm outputs), the FC2 input (activation output) and each routed copy entering
+    the experts. The norm inputs, the FC1 output (for the activation's backward) and flash
+    attention's Q, K, V, O stay 16-bit; the out-projection quantizes O into its own 1-byte copy,
+    kept beside flash's 16-bit O (one tensor under bf16, where both hold the same O)."""
     drop = uses_dropout(model) if dropout is None else dropout
+    lin = FP8_SAVED_INPUT_BYTES if precision == "fp8" else 2  # bytes of a saved GEMM input
+    proj_copy = FP8_SAVED_INPUT_BYTES if precision == "fp8" else 0
     h, a = model.hidden_size, model.num_attention_heads
     if model.is_mla:
         qk = (model.qk_nope_head_dim or 0) + (model.qk_rope_head_dim or 0)
         v = model.v_head_dim or model.head_size
         # q, k (full heads after up-projection), v, context, plus the low-rank latents
-        attn = 2 * (a * qk + a * qk + a * v + a * v)
-        attn += 2 * ((model.kv_lora_rank or 0) + (model.q_lora_rank or 0))
+        attn = 2 * (a * qk + a * qk + a * v + a * v) + proj_copy * a * v
+        attn += lin * ((model.kv_lora_rank or 0) + (model.q_lora_rank or 0))
         kv_part = 0
     else:
         d, kv = model.head_size, model.kv_heads
-        attn = 2 * (a * d + a * d)  # Q, context (out-proj input)
+        attn = 2 * (a * d + a * d) + proj_copy * a * d  # Q, context (out-proj input)
         kv_part = 2 * 2 * kv * d  # K and V
 
     def mlp_hidden(ffn: int) -> int:
-        # gelu / squared relu: fc1 output + activation output, 2 bytes each (Korthikanti: 16sbh
-        # at ffn = 4h); swiglu: gate and up outputs + their product
-        return (6 if model.activation == "swiglu" else 4) * ffn
+        # gelu / squared relu: fc1 output (2 bytes) + activation output (the FC2 input)
+        # (Korthikanti: 16sbh at ffn = 4h); swiglu: gate and up outputs + their product
+        return (4 if model.activation == "swiglu" else 2) * ffn + lin * ffn
 
     if moe:
         k = model.num_experts_per_tok
-        mlp = k * (mlp_hidden(model.expert_ffn) + 2 * h)  # each routed copy: input + hidden
+        mlp = k * (mlp_hidden(model.expert_ffn) + lin * h)  # each routed copy: input + hidden
         mlp += model.num_shared_experts * mlp_hidden(model.expert_ffn)
         mlp += 4 * model.num_experts  # fp32 router logits/probabilities
     else:
         mlp = mlp_hidden(model.intermediate_size)
     replicated = (
-        2 * 2 * h + 2 * h + 2 * h + (2 * h if drop else 0)
+        2 * 2 * h + lin * h + lin * h + (2 * h if drop else 0)
     )  # norm ins, QKV in, MLP in, masks
     return LayerActivation(
         replicated=float(replicated),
@@ -195,3 +220,91 @@ def activation_per_token(act: LayerActivation, tp, sp, recompute, keys, flash: b
 def full_layer_activation_per_token(act: LayerActivation, tp, sp, keys, flash: bool = True):  # noqa: ANN001, ANN201
     """One layer's activations without recompute: the working set full recompute rebuilds."""
     return activation_per_token(act, tp, sp, np.zeros_like(np.asarray(tp)), keys, flash)
+
+
+# ---- JobSpec.software "deepspeed-2022": transient buffers and runtime memory -------------------
+# DeepSpeed 0.5-0.6 as Megatron-DeepSpeed ran it (BLOOM, Feb-Mar 2022), by gradient recipe:
+# "half" is the fp16/bf16 ZeRO-1 optimizer (zero/stage2.py), "half+fp32" the BF16_Optimizer.
+# fp32 copy of one gradient tensor (bytes per element). fp16 ZeRO-1: the step's overflow check
+# runs _has_inf_or_nan(p.grad) on every 16-bit gradient, `float(x.float().sum())`, a full fp32
+# copy of the tensor (DeepSpeed 0.5-0.6 zero/stage2.py has_overflow_serial), after the backward.
+# BF16_Optimizer.update_hp_grads adds `lp.grad.data.to(hp_grad.dtype)` into the fp32
+# accumulator after each micro-batch's backward, while the other micro-batches' activations
+# are alive (DeepSpeed runtime/bf16_optimizer.py).
+GRAD_CAST_BYTES = 4.0
+# DeepSpeed ZeRO-1 reduces the 16-bit gradients in buckets of reduce_bucket_size = 5e8
+# elements (zero/constants.py ZERO_OPTIMIZATION_REDUCE_BUCKET_SIZE_DEFAULT); at stage 1 the
+# engine turns contiguous_gradients off (engine.py _configure_zero_optimizer: "Overlap and
+# contiguous grads are meaningless in stage 1"), so each bucket is flattened into a new 16-bit
+# tensor (allreduce_bucket: self.flatten(bucket)) for its reduction, after the backward.
+# BF16_Optimizer reduces its flat fp32 buffer, one tensor per parameter group, through
+# buffered_allreduce_fallback: flattening one tensor is a view, nothing is copied.
+DS_REDUCE_BUCKET_ELEMENTS = 5e8
+# CUDA context of a process that loads every kernel at start-up (CUDA before 11.7, no lazy
+# module loading; ptrblck, pytorch #107667: ">1000MB"): BigScience measured 1573 MiB on an A100
+# (`torch.ones(1).cuda()`, chronicles-prequel.md, Feb 2022). The GPU profiles' reserve counts
+# a lazy-loading context of ~0.3 GiB, so the older software needs the difference on top.
+EAGER_CUDA_CONTEXT_EXTRA_GIB = (1573 - 300) / 1024
+
+
+def largest_grad_elements(model: ModelSpec, end_stage):  # noqa: ANN001, ANN201
+    """Elements of the largest gradient tensor on a stage, all TP ranks together: the
+    vocab-parallel embedding / LM head (V x h) where the stage holds one (`end_stage` true),
+    else the largest matrix of a layer (fused QKV, the MLP's first matrix: gate and up fused
+    under SwiGLU, as Megatron stores them; one expert's for MoE). Divide by tp for one GPU."""
+    h = model.hidden_size
+    if model.is_mla:
+        qkv = h * ((model.q_lora_rank or 0) + (model.kv_lora_rank or 0))
+    else:
+        qkv = h * (model.num_attention_heads + 2 * model.kv_heads) * model.head_size
+    width = 2 if model.activation == "swiglu" else 1
+    ffn = model.intermediate_size if not model.is_moe else max(
+        model.intermediate_size if model.num_moe_layers < model.num_hidden_layers else 0,
+        model.expert_ffn)
+    layer = max(qkv, width * ffn * h)
+    return np.where(np.asarray(end_stage) > 0, max(layer, model.vocab_size * h), layer)
+
+
+def recipe_buffers(software: str, grad_dtype: str, grad_elements, stage_params):  # noqa: ANN001, ANN201
+    """(during_backward, after_backward) transient bytes of the software's gradient recipe on
+    one GPU. grad_elements: elements of the GPU's largest gradient tensor; stage_params:
+    parameters on the GPU. during_backward coexists with the activations; after_backward (the
+    reduction, the step's overflow check) comes once they are freed. Zero unless software is
+    "deepspeed-2022" (current Megatron-Core reduces its contiguous buffer in place)."""
+    grad_elements = np.asarray(grad_elements, dtype=float)
+    zero = np.zeros_like(grad_elements)
+    if software != "deepspeed-2022":
+        return zero, zero
+    if grad_dtype == "half+fp32":
+        return GRAD_CAST_BYTES * grad_elements, zero
+    if grad_dtype == "half":
+        bucket = np.minimum(DS_REDUCE_BUCKET_ELEMENTS, stage_params) * WEIGHT_BYTES
+        return zero, np.maximum(GRAD_CAST_BYTES * grad_elements, bucket)
+    return zero, zero
+
+# NCCL memory per communicator: ~544 MB for a 2-rank group, ~688 MB for more ranks (measured on
+# 4x A100, nccl #964; hardware-facts 3.5). The GPU profiles' reserve counts three (TP, PP, DP).
+# DeepSpeed 0.5-0.6's pipeline engine also runs collectives on (runtime/pipe/engine.py,
+# module.py, zero/stage2.py, bf16_optimizer.py): the pipe-parallel group (_aggregate_total_loss
+# broadcasts the loss from the last stage every step), the tied-weight group of the first and
+# last stage (allreduce_tied_weight_gradients of the shared word embedding; Megatron-DeepSpeed's
+# GPTModelPipe ties it with TiedLayerSpec), and the model-parallel group, TP x PP ranks (gradient
+# norm and overflow all-reduces, _model_parallel_all_reduce / get_global_norm_of_tensors).
+NCCL_PAIR_COMM_BYTES = 544e6
+NCCL_COMM_BYTES = 688e6
+
+
+def _comm_bytes(ranks):  # noqa: ANN001, ANN202
+    return np.where(ranks > 2, NCCL_COMM_BYTES, np.where(ranks == 2, NCCL_PAIR_COMM_BYTES, 0.0))
+
+
+def runtime_extra_bytes(software: str, tp, pp, end_stage):  # noqa: ANN001, ANN201
+    """Per-GPU runtime memory beyond the GPU profile's reserve, bytes (vectorized over layouts
+    and stages): for "deepspeed-2022" the eager CUDA context (EAGER_CUDA_CONTEXT_EXTRA_GIB) and
+    the NCCL communicators of the pipeline engine's extra groups; none for current software."""
+    tp, pp, end_stage = (np.asarray(x, dtype=float) for x in (tp, pp, end_stage))
+    if software != "deepspeed-2022":
+        return np.zeros(np.broadcast(tp, pp, end_stage).shape)
+    tied = np.where((pp > 1) & (end_stage > 0), NCCL_PAIR_COMM_BYTES, 0.0)
+    comms = _comm_bytes(pp) + tied + _comm_bytes(tp * pp)
+    return EAGER_CUDA_CONTEXT_EXTRA_GIB * 2**30 + comms

@@ -301,6 +301,16 @@ class JobSpec(BaseModel):
             "as batched GEMMs)."
         ),
     )
+    software: Literal["current", "deepspeed-2022"] = Field(
+        default="current",
+        description=(
+            "Training software whose runtime memory the model adds. current: Megatron-Core / "
+            "FSDP / Transformer Engine with lazily loaded CUDA kernels (the GPU profile's "
+            "reserve). deepspeed-2022: DeepSpeed 0.5-0.6 (Megatron-DeepSpeed): an fp32 copy of "
+            "the largest gradient, the ZeRO-1 reduce bucket, a CUDA context that loads every "
+            "kernel at start-up, the NCCL communicators of its extra process groups."
+        ),
+    )
 
     @property
     def tokens_per_step(self) -> int:

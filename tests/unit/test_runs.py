@@ -135,10 +135,10 @@ def test_recipe_follows_the_framework():
     DeepSpeed keeps 16-bit grads, plus an fp32 accumulator with its BF16_Optimizer."""
     assert recipe_of("Megatron-DeepSpeed", "Precision not stated (pre BF16-optimizer).") == {
         "attention": "unfused", "grad_dtype": "half", "grad_overlap": False,
-        "p2p_overlap": False}
+        "p2p_overlap": False, "software": "deepspeed-2022"}
     assert recipe_of("Megatron-DeepSpeed", "BF16 with new BF16_Optimizer (fp32 grad ...)") == {
         "attention": "unfused", "grad_dtype": "half+fp32", "grad_overlap": False,
-        "p2p_overlap": False}
+        "p2p_overlap": False, "software": "deepspeed-2022"}
     assert recipe_of("Megatron-LM (commit 8aa4619, 2021)", "") == {
         "attention": "unfused", "grad_overlap": False, "p2p_overlap": False}
     assert recipe_of("NeMo Megatron 24.11 (Megatron-Core)", "") == {
