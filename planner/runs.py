@@ -176,6 +176,11 @@ def recipe_of(framework: str, notes: str) -> dict[str, str | bool]:
         # (MegatronCommOverlapCallback / CommOverlapConfig(tp_comm_overlap=True), userbuffers
         # configs per model and GPU in nemo.collections.llm.recipes and scripts/performance).
         out["tp_comm_overlap"] = True
+    if "megatron-bridge" in framework.lower():
+        # its Llama performance configs reduce gradients in bf16 (ddp.grad_reduce_in_fp32 =
+        # False, Megatron-Bridge scripts/performance/configs/llama/llama31_llm_pretrain.py): 2 B
+        # main grads, the optimizer's fp32 copy of its shard at the step
+        out["grad_dtype"] = "half"
     if deepspeed:
         # Megatron-DeepSpeed ran DeepSpeed 0.5-0.6 and CUDA 11.x (every kernel loaded at start-up)
         out["software"] = "deepspeed-2022"

@@ -144,7 +144,7 @@ def test_recipe_follows_the_framework():
     assert recipe_of("NeMo Megatron 24.11 (Megatron-Core)", "") == {
         "attention": "cudnn", "tp_comm_overlap": True}
     assert recipe_of("Megatron-Bridge / NeMo 26.06 (Megatron-Core)", "") == {
-        "attention": "cudnn", "tp_comm_overlap": True}
+        "attention": "cudnn", "tp_comm_overlap": True, "grad_dtype": "half"}
     assert recipe_of("MaxText (JAX/XLA on GPU)", "") == {"attention": "cudnn"}
     assert recipe_of("MosaicML Composer/llm-foundry (PyTorch FSDP)", "") == {}
 
