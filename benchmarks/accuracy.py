@@ -139,8 +139,9 @@ def fitted_profiles(runs: Sequence[MeasuredRun], predictor: Predictor,
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "hardware_profiles"
 # The fields this benchmark may set in the stock YAMLs (the hardware engineer owns the rest).
-WRITABLE = ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "dp_overlap",
-            "step_overhead_s", "hbm_efficiency")
+WRITABLE = ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency",
+            "fused_attention_efficiency", "dp_overlap", "step_overhead_s", "hbm_efficiency")
+ORIGINAL = "; shape and original value: "
 
 
 def _points_text(curve: Any) -> str:
@@ -169,7 +170,9 @@ def write_stock_profile(path: Path, fitted: GpuProfile, values: dict[str, float]
         if in_sources and line.startswith("  ") and key.strip() in touched:
             field, cite = line.split(":", 1)
             cite = cite.strip().strip('"').replace('"', "'")
-            out.append(f'{field}: "{note}; shape and original value: {cite}"')
+            if cite.startswith("fitted by") and ORIGINAL in cite:  # an earlier fit: keep the origin
+                cite = cite.split(ORIGINAL, 1)[1]
+            out.append(f'{field}: "{note}{ORIGINAL}{cite}"')
             continue
         if not line.startswith(" ") and key in touched and key.endswith("_efficiency") and \
                 line.rstrip().endswith(":") and i + 1 < len(lines):
