@@ -140,6 +140,7 @@ def build_profile(raw: dict[str, Any], name: str, spec: GpuProfile | None = None
         dp_overlap = spec.dp_overlap if spec else 0.8
         sources["dp_overlap"] = "stock value (not measured; `planner calibrate` fits it)"
     sources["step_overhead_s"] = "0: not measured by profile; `planner calibrate` fits it"
+    sources["layer_overhead_us"] = "0: not measured by profile; `planner calibrate` fits it"
     data = {
         "name": name,
         "description": (f"measured by `planner profile` on {raw['hostname']}: {raw['device']}, "

@@ -28,6 +28,9 @@ from planner.specs import Curve, GpuProfile
 # per unit-box distance (moving a parameter across its whole range costs as much as 2% on one run).
 ROBUST_SCALE = 0.05
 PRIOR_WEIGHT = 0.02
+# layer_overhead_us is log-spaced from 1 us (a kernel launch, the smallest host cost a layer pass
+# can add) to 0.1 s; its floor stands for none, the stock profiles' value
+LAYER_OVERHEAD_FLOOR_US = 1.0
 SENSITIVITY_STEP = 0.25  # unit-box step (a quarter of the range) for the frozen-parameter test
 MIN_SENSITIVITY = 1e-4  # |d log t| below which a parameter does not move any run
 
@@ -82,6 +85,9 @@ def knobs_for(profile: GpuProfile) -> list[Knob]:
              "scale-out fixed cost per collective call, us"),
         Knob("dp_overlap", 0.0, 1.0, False, "fraction of DP communication hidden by backward"),
         Knob("step_overhead_s", 0.0, 30.0, False, "fixed per-step overhead, s"),
+        Knob("layer_overhead_us", LAYER_OVERHEAD_FLOOR_US, 1e5, True,
+             "host time per layer per micro-batch pass (launches, dispatch), us; the floor "
+             "(1 us) means none"),
     ]
     if profile.fp8_gemm_efficiency is not None:
         top8 = max(y for _, y in profile.fp8_gemm_efficiency.points)
@@ -104,6 +110,7 @@ def stock_values(profile: GpuProfile) -> dict[str, float]:
         "intra_base_latency_us": profile.intra_node.base_latency_us,
         "inter_base_latency_us": profile.inter_node.base_latency_us,
         "dp_overlap": profile.dp_overlap, "step_overhead_s": profile.step_overhead_s,
+        "layer_overhead_us": profile.layer_overhead_us,
     }
 
 
@@ -125,6 +132,8 @@ def apply_values(profile: GpuProfile, values: dict[str, float]) -> GpuProfile:
         "hbm_efficiency": v["hbm_efficiency"],
         "dp_overlap": v["dp_overlap"],
         "step_overhead_s": v["step_overhead_s"],
+        "layer_overhead_us": (v["layer_overhead_us"]
+                              if v["layer_overhead_us"] > LAYER_OVERHEAD_FLOOR_US else 0.0),
         "intra_node": profile.intra_node.model_copy(update={
             "busbw_gb_per_s": _scaled(profile.intra_node.busbw_gb_per_s, v["intra_bw_scale"],
                                       2.0 ** v["intra_size_log2"]),

@@ -160,7 +160,10 @@ def estimate_batch(
     recomp = np.where((rc == 1)[col], attn_core, 0.0) + np.where((rc == 2)[col], layer_fwd, 0.0)
     attn_bwd = compute.attention_backward_factor(kind)
     bwd = compute.BACKWARD_FACTOR * (fwd - attn_core) + attn_bwd * attn_core
-    compute_mb = fwd + bwd + recomp
+    # host-side launch / dispatch time of each layer pass (profile.layer_overhead_us, fitted by
+    # calibrate; 0 in the stock profiles): forward 1, backward 2, full recompute 1 more
+    passes = 3.0 + (rc == 2)
+    compute_mb = fwd + bwd + recomp + layers * (gpu.layer_overhead_us * 1e-6 * passes)[col]
 
     # TP: 2 all-reduces (or AG + RS with SP) per layer in forward, 2 in backward, 2 more when
     # full recompute re-runs the forward (Korthikanti 2022 sec. 4.2.2); one for the

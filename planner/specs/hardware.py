@@ -145,6 +145,13 @@ class GpuProfile(BaseModel):
         le=1,
         description="Fraction of DP gradient communication hidden behind backward.",
     )
+    layer_overhead_us: float = Field(
+        default=0.0,
+        ge=0,
+        description="Host-side time per transformer layer per forward pass of one micro-batch "
+        "(kernel launches, framework dispatch), us; a backward counts 2, a full-recompute "
+        "forward 1 more. 0 unless fitted by `planner calibrate`.",
+    )
     step_overhead_s: float = Field(
         default=0.0, ge=0, description="Fixed per-step overhead (launch, sync), s."
     )

@@ -140,3 +140,16 @@ def test_tile_and_wave_quantization_by_hand():
     assert float(quantization_factor(gpu, curve, 4 * 2048, 5376, 14336)) < got - 0.05
     # no SM count in the profile: not modelled
     assert quantization_factor(flat_gpu(), curve, 2048, 5376, 14336) == 1.0
+
+
+@pytest.mark.parametrize("recompute,passes", [("none", 3), ("selective", 3), ("full", 4)])
+def test_layer_overhead_per_pass(recompute, passes):
+    """profile.layer_overhead_us adds a fixed time per layer and micro-batch pass: forward 1,
+    backward 2, full recompute's forward 1 more. 2 layers, 4 micro-batches, 250 us."""
+    model = llama_like(num_hidden_layers=2)
+    lo = Layout(tp=1, pp=1, dp=1, mbs=1, zero=1, recompute=recompute)
+    jb = job(model, global_batch=4)
+    base = estimate_batch(model, cluster(_no_hbm_gpu(), 1), jb, [lo])["time_compute_s"][0]
+    slow = _no_hbm_gpu().model_copy(update={"layer_overhead_us": 250.0})
+    got = estimate_batch(model, cluster(slow, 1), jb, [lo])["time_compute_s"][0]
+    assert got - base == pytest.approx(4 * 2 * passes * 250e-6, rel=1e-9)
