@@ -1,7 +1,9 @@
 """Iteration times Korthikanti et al. 2022 measured (Table 5; Megatron-LM on Selene, A100 80GB,
 seq 2048, micro-batch 1; model shapes and layouts from their Table 3), predicted with an
-uncalibrated A100 profile built from hardware-facts numbers. Calculon reproduces the same eight
-points with a 3.65% mean error (hardware-facts section 4)."""
+uncalibrated A100 profile built from hardware-facts numbers (no SM count: no GEMM quantization)
+and the attention Megatron-LM ran in 2022 (unfused: its fused scale-mask-softmax, no flash
+attention). Calculon reproduces the same eight points with a 3.65% mean error, 8.87% max
+(hardware-facts section 4); this model: 2.6% mean, 6.3% max."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ def _errors() -> list[float]:
                           num_attention_heads=a, intermediate_size=4 * h, vocab_size=51200,
                           activation="gelu", norm="layernorm", position_embedding="learned",
                           max_position_embeddings=2048, linear_bias=True)
-        job = JobSpec(seq_len=2048, global_batch=batch)
+        job = JobSpec(seq_len=2048, global_batch=batch, attention="unfused")
         for recompute, measured in (("full", full), ("selective", selective)):
             lo = Layout(tp=tp, pp=pp, dp=n // (tp * pp), mbs=1, zero=1, recompute=recompute,
                         sp=recompute == "selective")
@@ -39,5 +41,5 @@ def _errors() -> list[float]:
 
 def test_korthikanti_table5_iteration_times():
     errors = _errors()
-    assert max(abs(e) for e in errors) < 0.15
-    assert sum(abs(e) for e in errors) / len(errors) < 0.08
+    assert max(abs(e) for e in errors) < 0.0887  # Calculon's max on the same points
+    assert sum(abs(e) for e in errors) / len(errors) < 0.0365  # and its mean
