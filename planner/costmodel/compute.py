@@ -88,7 +88,7 @@ def quantization_factor(gpu: GpuProfile, curve, m, n, k):  # noqa: ANN001, ANN20
     xs = np.array([x for x, _ in curve.points], dtype=float)
     sides = np.round(np.cbrt(xs / 2.0))
     ref_util = _tile_utilization(sides, sides, gpu.sm_count)
-    ref = np.interp(np.log(2.0 * m * n * k), np.log(xs), ref_util)
+    ref = np.interp(np.log(np.maximum(2.0 * m * n * k, 1.0)), np.log(xs), ref_util)
     outputs = ((m, n), (m, k), (k, n))
     return sum(ref / _tile_utilization(a, b, gpu.sm_count) for a, b in outputs) / 3.0
 
