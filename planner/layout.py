@@ -17,8 +17,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-Recompute = Literal["none", "selective", "full"]
-RECOMPUTE_CODES: dict[str, str] = {"none": "none", "selective": "sel", "full": "full"}
+# offload: nothing recomputed, every layer's activations copied to host memory in forward and
+# back in backward (Megatron-Core cpu_offloading; torch.autograd.graph.save_on_cpu in validate)
+Recompute = Literal["none", "selective", "full", "offload"]
+RECOMPUTE_CODES: dict[str, str] = {
+    "none": "none", "selective": "sel", "full": "full", "offload": "offload"}
 MESH_DIM_NAMES = ("pp", "dp", "cp", "tp")  # outermost first, see the module docstring
 
 

@@ -131,7 +131,7 @@ def apply_tp(module: Transformer, tp_mesh: DeviceMesh, sp: bool) -> None:
 def apply_recompute(module: Transformer, mode: str) -> None:
     """Megatron's recomputation with torch's checkpointing: `full` checkpoints whole blocks,
     `selective` only the core attention (QK^T, softmax, PV), Korthikanti et al. 2022."""
-    if mode == "none":
+    if mode in ("none", "offload"):  # offload: the worker's save_on_cpu context, no checkpoints
         return
     for name, block in list(module.layers.items()):
         if mode == "full":

@@ -175,7 +175,7 @@ class Trainer:
         tokens, targets = self.local_batch(step)
         self.optimizer.zero_grad()
         loss_sum = torch.zeros((), dtype=torch.float64)
-        with self._context_parallel(tokens, targets), _autocast(self.device):
+        with self._context_parallel(tokens, targets), _autocast(self.device), self._offload():
             if self.schedule is None:
                 model = self.modules[0]
                 mbs = self.layout.mbs
@@ -195,6 +195,13 @@ class Trainer:
         norm = grad_norm(self.modules, self.pp_group) if want_grad_norm else None
         self.optimizer.step()
         return self._global_mean_loss(loss_sum), norm
+
+    def _offload(self) -> contextlib.AbstractContextManager:
+        """recompute='offload': every tensor autograd saves goes to host memory and comes back
+        for the backward (torch.autograd.graph.save_on_cpu; pinned buffers on GPUs)."""
+        if self.layout.recompute != "offload":
+            return contextlib.nullcontext()
+        return torch.autograd.graph.save_on_cpu(pin_memory=self.device.type == "cuda")
 
     @contextlib.contextmanager
     def _context_parallel(self, tokens: torch.Tensor, targets: torch.Tensor):  # noqa: ANN202

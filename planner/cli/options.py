@@ -15,6 +15,7 @@ class RecomputeChoice(str, Enum):
     none = "none"
     selective = "selective"
     full = "full"
+    offload = "offload"
 
 
 class AttentionChoice(str, Enum):
@@ -65,7 +66,9 @@ ZeroOpt = Annotated[
     int | None, typer.Option("--zero", min=0, max=3, help="ZeRO stage / FSDP sharding (0-3).")
 ]
 RecomputeOpt = Annotated[
-    RecomputeChoice | None, typer.Option("--recompute", help="Activation recomputation.")
+    RecomputeChoice | None,
+    typer.Option("--recompute", help="Activation recomputation, or offload of the activations "
+                 "to host memory (GPU profiles with a host link: GB200, GB300)."),
 ]
 SpOpt = Annotated[
     bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism alongside TP.")

@@ -28,7 +28,11 @@ from planner.costmodel import comm, compute, memory, pipeline
 from planner.layout import Layout
 from planner.specs import GIB, ClusterSpec, JobSpec, ModelSpec
 
-RECOMPUTE_INDEX = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_INDEX = {"none": 0, "selective": 1, "full": 2, "offload": 3}
+# Activation offload keeps two layers' activations of one micro-batch on the GPU: the one being
+# copied out (in) while the next computes (Transformer Engine's CPU offload context double-
+# buffers one layer ahead; Megatron-Core cpu_offloading).
+OFFLOAD_RESIDENT_LAYERS = 2
 LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp")
 # Megatron DDP gradient buckets: max(40M, 1M x dp) elements (distributed.DistributedDataParallel
 # bucket_size default); the bucket sets the message size the busbw curve is read at.
@@ -136,8 +140,22 @@ def estimate_batch(
     st = _gather_stages(model, lo["pp"], lo["vpp"])  # (N, C)
     col = (slice(None), None)  # broadcast (N,) against (N, C)
 
-    # ---- time per micro-batch, per layer kind --------------------------------------------
+    # ---- activation bytes per token of one layer (memory.py), for memory and offload traffic
     kind = job.attention
+    keys = s / cp
+    flash = kind != "unfused"  # fused kernels (flash, cudnn) keep no s x s tensors
+    prec = job.precision  # fp8: Transformer Engine keeps 1-byte GEMM inputs (memory.py)
+    layer_d = memory.layer_activation(model, False, precision=prec)
+    layer_m = memory.layer_activation(model, True, precision=prec) if model.is_moe else layer_d
+    # one layer's activations without recompute (full recompute's working set; offload traffic)
+    full_d = memory.full_layer_activation_per_token(layer_d, tp, sp, keys, flash)
+    full_m = (
+        memory.full_layer_activation_per_token(layer_m, tp, sp, keys, flash)
+        if model.is_moe
+        else full_d
+    )
+
+    # ---- time per micro-batch, per layer kind --------------------------------------------
     dense_t = compute.layer_forward_times(
         model, gpu, job.precision, False, tokens, tp, ep, sp, s, kind
     )
@@ -164,6 +182,19 @@ def estimate_batch(
     # calibrate; 0 in the stock profiles): forward 1, backward 2, full recompute 1 more
     passes = 3.0 + (rc == 2)
     compute_mb = fwd + bwd + recomp + layers * (gpu.layer_overhead_us * 1e-6 * passes)[col]
+    if gpu.host_link_gb_per_s is not None and (rc == 3).any():
+        # offload: each layer's activations go to host memory in forward and come back in
+        # backward over the host link, behind that layer's compute where they are shorter
+        link = gpu.host_link_gb_per_s * 1e9
+
+        def offload_exposed(t: compute.LayerTimes, per_token: np.ndarray) -> np.ndarray:
+            copy = tokens * per_token / link
+            layer_bwd = compute.BACKWARD_FACTOR * (t.total - t.attention) + attn_bwd * t.attention
+            return np.maximum(copy - t.total, 0.0) + np.maximum(copy - layer_bwd, 0.0)
+
+        off = (st["n_dense"] * offload_exposed(dense_t, full_d)[col]
+               + st["n_moe"] * offload_exposed(moe_t, full_m)[col])
+        compute_mb = compute_mb + np.where((rc == 3)[col], off, 0.0)
 
     # TP: 2 all-reduces (or AG + RS with SP) per layer in forward, 2 in backward, 2 more when
     # full recompute re-runs the forward (Korthikanti 2022 sec. 4.2.2); one for the
@@ -330,11 +361,6 @@ def estimate_batch(
     time_opt = shard * ADAM_BYTES_PER_PARAM / gpu.hbm_bytes_per_s + gpu.step_overhead_s
 
     # ---- activations ----------------------------------------------------------------------
-    keys = s / cp
-    flash = kind != "unfused"  # fused kernels (flash, cudnn) keep no s x s tensors
-    prec = job.precision  # fp8: Transformer Engine keeps 1-byte GEMM inputs (memory.py)
-    layer_d = memory.layer_activation(model, False, precision=prec)
-    layer_m = memory.layer_activation(model, True, precision=prec) if model.is_moe else layer_d
     act_d = memory.activation_per_token(layer_d, tp, sp, rc, keys, flash)
     act_m = memory.activation_per_token(layer_m, tp, sp, rc, keys, flash) if model.is_moe else act_d
     flight = pipeline.in_flight(st["index"], pp[col], vpp[col], m[col])
@@ -345,14 +371,10 @@ def estimate_batch(
         memory.INPUT_ID_BYTES + (h if memory.uses_dropout(model) else 0) / rep_div
     )
     head_extra = tokens * (2 * 2 * h / rep_div + memory.LOGIT_BYTES * voc / tp)
-    # full recompute rebuilds one layer's activations (one micro-batch) during its backward
-    full_d = memory.full_layer_activation_per_token(layer_d, tp, sp, keys, flash)
-    full_m = (
-        memory.full_layer_activation_per_token(layer_m, tp, sp, keys, flash)
-        if model.is_moe
-        else full_d
-    )
-    working = np.where(rc == 2, tokens * np.maximum(full_d, full_m), 0.0)
+    # full recompute rebuilds one layer's activations (one micro-batch) during its backward;
+    # offload keeps OFFLOAD_RESIDENT_LAYERS of them
+    resident = np.select([rc == 2, rc == 3], [1.0, OFFLOAD_RESIDENT_LAYERS], default=0.0)
+    working = resident * tokens * np.maximum(full_d, full_m)
     mem_act = (
         per_mb_layers * flight
         + st["emb"] * (emb_extra[col] * flight)

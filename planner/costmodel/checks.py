@@ -14,6 +14,11 @@ def tp_allowed(model: ModelSpec, cluster: ClusterSpec, tp: int) -> bool:
     return tp <= cluster.domain_gpus and heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
 
 
+def offload_allowed(cluster: ClusterSpec) -> bool:
+    """Activation offload needs the profile's GPU <-> host bandwidth (host_link_gb_per_s)."""
+    return cluster.gpu.host_link_gb_per_s is not None
+
+
 def cp_allowed(job: JobSpec, cp: int) -> bool:
     """cp divides the sequence with an even chunk per rank (causal load balancing)."""
     return job.seq_len % cp == 0 and (cp == 1 or (job.seq_len // cp) % 2 == 0)
@@ -46,8 +51,11 @@ def layout_violations(
         return out
     if lo.zero not in (0, 1, 2, 3):
         out.append(f"zero={lo.zero} must be 0, 1, 2 or 3")
-    if lo.recompute not in ("none", "selective", "full"):
-        out.append(f"recompute='{lo.recompute}' must be none, selective or full")
+    if lo.recompute not in ("none", "selective", "full", "offload"):
+        out.append(f"recompute='{lo.recompute}' must be none, selective, full or offload")
+    if lo.recompute == "offload" and not offload_allowed(cluster):
+        out.append(f"recompute='offload' needs a host link in the GPU profile "
+                   f"(host_link_gb_per_s); {cluster.gpu.name} has none")
     n = cluster.num_gpus
     if lo.num_gpus != n:
         out.append(

@@ -204,7 +204,8 @@ def layer_activation(
 def activation_per_token(act: LayerActivation, tp, sp, recompute, keys, flash: bool = True):  # noqa: ANN001, ANN201, E501
     """Stored bytes per local token of one layer (vectorized over layouts).
 
-    tp: TP degree; sp: bool array; recompute: 0 none, 1 selective, 2 full; keys: attended keys per
+    tp: TP degree; sp: bool array; recompute: 0 none, 1 selective, 2 full, 3 offload (nothing
+    stays); keys: attended keys per
     query in the stored score tile (s / cp). Korthikanti Table 2 falls out: no flash, no
     recompute, t = 1 -> 34 + 5as/h (times h); SP + selective -> 34/t."""
     tp = np.asarray(tp, dtype=float)
@@ -214,7 +215,10 @@ def activation_per_token(act: LayerActivation, tp, sp, recompute, keys, flash: b
     )
     core = act.softmax_stats / tp if flash else act.score_per_key * np.asarray(keys) / tp
     full = act.layer_input / rep_div
-    return np.select([recompute == 0, recompute == 1], [base + core, base], default=full)
+    # 3 = offload: every layer's activations leave for host memory (the working set is counted
+    # by the caller); 2 = full recompute: only the layer input stays
+    return np.select([recompute == 0, recompute == 1, recompute == 3],
+                     [base + core, base, np.zeros_like(base)], default=full)
 
 
 def full_layer_activation_per_token(act: LayerActivation, tp, sp, keys, flash: bool = True):  # noqa: ANN001, ANN201

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from planner.costmodel import checks
 from planner.search.problem import (
     BatchCost,
     Space,
@@ -44,7 +45,7 @@ def enumerate_layouts(
     pins = normalize_pins(pins)
     domains = knob_domains(model, cluster, job, pins)
     structures = StructureModel(model, cluster, job, domains, config).enumerate()
-    return expand_structures(structures, pins)
+    return expand_structures(structures, pins, checks.offload_allowed(cluster))
 
 
 def build_space(

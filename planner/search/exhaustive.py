@@ -62,7 +62,8 @@ def exhaustive_space(
 ) -> Space:
     """The space, enumerated by loops and evaluated by the cost model."""
     pins = normalize_pins(pins)
-    knobs = expand_structures(enumerate_structures(model, cluster, job, pins), pins)
+    knobs = expand_structures(enumerate_structures(model, cluster, job, pins), pins,
+                              checks.offload_allowed(cluster))
     return evaluate(model, cluster, job, knobs, batch_cost)
 
 

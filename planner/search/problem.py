@@ -16,7 +16,8 @@ The space (rules shared by the CP-SAT search and the exhaustive oracle; see docs
   interleaved 1F1B requires it).
 - mbs: 1..MBS_CAP with mbs * grad_accum * dp = global batch.
 - zero: 0..3 (1..3 only with dp * cp > 1: nothing to shard over otherwise).
-- recompute: none, selective, full.  sp: only with tp > 1 (off and on).
+- recompute: none, selective, full, and offload where the GPU profile has a host link
+  (checks.offload_allowed).  sp: only with tp > 1 (off and on).
 
 A pinned knob (CLI --tp ... --sp) widens its own domain to the pinned value when the value is
 structurally possible (e.g. --cp 2 at seq 4096, --mbs 32, --tp 6 for 48 heads). The pins are
@@ -41,7 +42,7 @@ from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 KNOBS: tuple[str, ...] = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp")
 STRUCTURE_KNOBS: tuple[str, ...] = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
-RECOMPUTE_LEVELS: tuple[str, ...] = ("none", "selective", "full")  # solver codes 0, 1, 2
+RECOMPUTE_LEVELS: tuple[str, ...] = ("none", "selective", "full", "offload")  # codes 0..3
 MBS_CAP = 16  # largest micro-batch searched, sequences (Megatron/NeMo recipes use 1..8)
 CP_MIN_SEQ_LEN = 16384  # cp > 1 searched from this sequence length on (or when pinned)
 VPP_CAP = 16  # most virtual stages per GPU searched (Megatron recipes use 2..8)
@@ -141,23 +142,26 @@ def knob_domains(
     return Domains(**domains)
 
 
-def inner_knobs(tp: int, dp: int, cp: int, pins: Mapping[str, Any]) -> list[tuple[int, int, int]]:
-    """(zero, recompute code, sp) combinations searched for one set of degrees."""
+def inner_knobs(tp: int, dp: int, cp: int, pins: Mapping[str, Any],
+                offload: bool = False) -> list[tuple[int, int, int]]:
+    """(zero, recompute code, sp) combinations searched for one set of degrees; offload only
+    where the cluster allows it."""
     zeros = [0, 1, 2, 3] if dp * cp > 1 else [0]
     if "zero" in pins and pins["zero"] not in zeros:
         zeros.append(pins["zero"])
     sps = [0, 1] if tp > 1 else [0]
-    return [(z, r, s) for z in zeros for r in range(len(RECOMPUTE_LEVELS)) for s in sps]
+    levels = len(RECOMPUTE_LEVELS) if offload else RECOMPUTE_LEVELS.index("offload")
+    return [(z, r, s) for z in zeros for r in range(levels) for s in sps]
 
 
 def expand_structures(
-    structures: list[tuple[int, ...]], pins: Mapping[str, Any]
+    structures: list[tuple[int, ...]], pins: Mapping[str, Any], offload: bool = False
 ) -> dict[str, np.ndarray]:
     """Knob columns of the space: each (tp, pp, dp, cp, ep, vpp, mbs) times its inner knobs."""
     rows = [
         (*st, z, r, s)
         for st in sorted(structures)
-        for z, r, s in inner_knobs(st[0], st[2], st[3], pins)
+        for z, r, s in inner_knobs(st[0], st[2], st[3], pins, offload)
     ]
     table = np.array(rows, dtype=np.int64).reshape(-1, len(KNOBS))
     return {k: table[:, i] for i, k in enumerate(KNOBS)}

@@ -110,6 +110,11 @@ class GpuProfile(BaseModel):
         description="As attention_efficiency, for cuDNN / FlashAttention-3 class kernels "
         "(JobSpec.attention='cudnn'); None: attention_efficiency.",
     )
+    host_link_gb_per_s: PositiveFloat | None = Field(
+        default=None,
+        description="GPU <-> host memory bandwidth per direction, GB/s, for activation offload "
+        "(recompute='offload'); None: offload is not offered on this GPU.",
+    )
     sm_count: PositiveInt | None = Field(
         default=None,
         description="Streaming multiprocessors, for the GEMM tile and wave quantization "

@@ -120,6 +120,20 @@ def test_layout_matches_single_process(tmp_path: Path, reference, name: str) -> 
     assert not (tmp_path / ".planner-validate" / rec["run_id"]).exists()  # cleaned after ok
 
 
+def test_offload_trains_like_the_single_process_run(tmp_path: Path, reference) -> None:
+    """recompute='offload' runs every saved activation through host memory
+    (torch.autograd.graph.save_on_cpu): the same losses as one process; predicted on a profile
+    with a host link (GB200), where the planner offers offload."""
+    out = tmp_path / "runs.jsonl"
+    launch = prepare(_spec(), Layout(dp=2, recompute="offload"), JOB, out=out, steps=STEPS,
+                     warmup=WARMUP, profile=load_gpu("GB200"), profile_ref="GB200")
+    rec = execute(launch, timeout_s=300)
+    assert rec["ok"] is True, rec.get("error")
+    ref_losses, _ = reference
+    assert rec["losses"] == pytest.approx(ref_losses, rel=REL_TOL)
+    assert rec["recompute"] == "offload" and rec["predicted_step_time_s"] > 0
+
+
 def _no_worker_left(run_id: str) -> bool:
     for proc in Path("/proc").iterdir():
         try:

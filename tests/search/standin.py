@@ -39,7 +39,8 @@ def make_model(
 
 
 def make_gpu(
-    memory_gib: float = 80.0, gpus_per_node: int = 8, name: str = "TOY-80GB"
+    memory_gib: float = 80.0, gpus_per_node: int = 8, name: str = "TOY-80GB",
+    host_link_gb_per_s: float | None = None,
 ) -> GpuProfile:
     """An A100-like profile (312 TFLOP/s bf16, 2 TB/s HBM, NVSwitch 300 GB/s, 200 Gbit/s NIC)."""
     curve = {"points": [(1e6, 100.0), (1e9, 200.0)]}
@@ -66,6 +67,7 @@ def make_gpu(
             "latency_us": 10,
         },
         nic_gbit_per_s=200,
+        host_link_gb_per_s=host_link_gb_per_s,
     )
 
 
@@ -79,7 +81,7 @@ def standin_batch(
     model: ModelSpec, cluster: ClusterSpec, job: JobSpec, knobs: Mapping[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
     """Stand-in for planner.costmodel.estimate_batch on the search's knob columns (recompute as
-    level codes 0/1/2, sp as 0/1): the columns the search reads."""
+    level codes 0/1/2/3, sp as 0/1): the columns the search reads."""
     col = {
         k: np.asarray(knobs[k], dtype=float)
         for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero")
@@ -107,6 +109,7 @@ def standin_batch(
     per_layer = s / cp * mbs * h * (34 + 5 * a * s / cp / h)
     per_layer = np.where(rec == 1, s / cp * mbs * h * 34, per_layer)
     per_layer = np.where(rec == 2, s / cp * mbs * h * 2, per_layer)
+    per_layer = np.where(rec == 3, s / cp * mbs * h * 1, per_layer)  # offload: a resident layer
     per_layer = per_layer / np.where(sp > 0, tp, np.sqrt(tp))
     in_flight = np.minimum(pp, job.global_batch / (dp * mbs))
     acts = per_layer * np.ceil(layers / pp) * in_flight * (1 + (vpp > 1) * (pp - 1) / (pp * vpp))
@@ -117,7 +120,7 @@ def standin_batch(
     tokens = job.global_batch * s
     compute = 6 * params * tokens / n / (cluster.gpu.peak_bf16_tflops * 1e12)
     compute = compute / (0.6 - 0.02 * np.log2(tp) - 0.01 * np.log2(mbs + 1))
-    compute = compute * np.array([1.0, 1.05, 1.33])[rec]
+    compute = compute * np.array([1.0, 1.05, 1.33, 1.02])[rec]  # offload: a little copy time
     micro = job.global_batch / (dp * mbs)
     bubble = compute * (pp - 1) / (micro * vpp)
     tp_comm = compute * 0.04 * np.log2(tp) * np.where(sp > 0, 0.9, 1.0)

@@ -36,7 +36,8 @@ def random_problem(rng: random.Random):
     per_node = min(per_node, num_gpus)
     if num_gpus % per_node:
         per_node = 1 if num_gpus % 2 else 2
-    gpu = make_gpu(memory_gib=rng.choice([4.0, 8.0, 16.0, 80.0]), gpus_per_node=per_node)
+    gpu = make_gpu(memory_gib=rng.choice([4.0, 8.0, 16.0, 80.0]), gpus_per_node=per_node,
+                   host_link_gb_per_s=rng.choice([None, None, 450.0]))
     cluster = make_cluster(num_gpus, gpu)
     job = make_job(
         seq_len=rng.choice([1024, 2048, 16384, 32768]),
@@ -147,7 +148,10 @@ def test_recompute_codes_round_trip() -> None:
     model, cluster, job = make_model(layers=4), make_cluster(4), make_job(2048, 8)
     space = build_space(model, cluster, job, {}, batch_cost=standin_batch)
     seen = {space.layout(i).recompute for i in range(len(space))}
-    assert seen == set(RECOMPUTE_LEVELS)
+    assert seen == set(RECOMPUTE_LEVELS) - {"offload"}  # no host link in this profile
+    linked = make_cluster(4, make_gpu(host_link_gb_per_s=450.0))
+    space = build_space(model, linked, job, {}, batch_cost=standin_batch)
+    assert {space.layout(i).recompute for i in range(len(space))} == set(RECOMPUTE_LEVELS)
 
 
 def test_impossible_pin_is_a_layout_error() -> None:

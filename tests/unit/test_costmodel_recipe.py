@@ -118,3 +118,47 @@ def test_cudnn_attention_runs_at_the_fused_efficiency():
     assert estimate(model, plain, job(model, global_batch=1, attention="cudnn"),
                     lo).time_compute_s == pytest.approx(
         estimate(model, plain, job(model, global_batch=1), lo).time_compute_s)
+
+
+def _offload_pair(link_gb_per_s: float):  # noqa: ANN202
+    model = llama_like()
+    gpu = flat_gpu(memory_gib=10_000, host_link_gb_per_s=link_gb_per_s)
+    cl = cluster(gpu, 8)
+    jb = job(model, global_batch=1)
+    none = estimate(model, cl, jb, Layout(tp=8, pp=1, dp=1, mbs=1, recompute="none", sp=True))
+    off = estimate(model, cl, jb, Layout(tp=8, pp=1, dp=1, mbs=1, recompute="offload", sp=True))
+    return none, off
+
+
+# llama_like (Llama 2 70B shape) at tp 8 with SP and flash attention, bytes per token of one
+# layer: norm inputs + QKV and MLP inputs 8h / 8, Q + context 4h and SwiGLU 6 ffn / 8, K and V
+# 2 x 2 x 8 x 128 / 8, fp32 softmax statistics 4 a / 8 (Korthikanti 2022 sec. 4.1 generalized)
+LLAMA_TP8_BYTES_PER_TOKEN = (8 * 8192 + 4 * 8192 + 6 * 28672 + 4 * 8 * 128 + 4 * 64) / 8
+
+
+def test_offload_keeps_two_layers_and_hides_its_copies_behind_compute():
+    """recompute='offload' (Megatron-Core cpu_offloading): 80 layers of one 4096-token
+    micro-batch go to host memory, two stay resident (the one being copied and the next); over
+    a fast host link the copies hide behind each layer's forward and backward."""
+    none, off = _offload_pair(1e6)
+    per_layer = 4096 * LLAMA_TP8_BYTES_PER_TOKEN
+    saved = (80 - 2) * per_layer / GIB
+    assert none.mem_activations_gb - off.mem_activations_gb == pytest.approx(saved, rel=1e-9)
+    assert off.time_compute_s == pytest.approx(none.time_compute_s, rel=1e-12)
+    assert off.hw_tflops_per_gpu == pytest.approx(none.hw_tflops_per_gpu)  # nothing recomputed
+
+
+def test_offload_copies_are_exposed_beyond_the_layer_compute():
+    """A 1 MB/s host link: each layer's 140.6 MB go out in forward and back in backward, far
+    longer than its compute, so the step is the copies (2 x 80 x 140.6 s)."""
+    _, off = _offload_pair(1e-3)
+    copies = 2 * 80 * 4096 * LLAMA_TP8_BYTES_PER_TOKEN / 1e6
+    assert off.time_compute_s == pytest.approx(copies, rel=1e-6)
+
+
+def test_offload_needs_a_host_link():
+    model = llama_like()
+    lo = Layout(tp=8, pp=1, dp=1, mbs=1, recompute="offload", sp=True)
+    from planner.costmodel.checks import layout_violations
+    reasons = layout_violations(model, cluster(flat_gpu(), 8), job(model, global_batch=1), lo)
+    assert any("host link" in r for r in reasons)
