@@ -46,7 +46,10 @@ RECOMPUTE_LEVELS: tuple[str, ...] = ("none", "selective", "full", "offload")  # 
 MBS_CAP = 16  # largest micro-batch searched, sequences (Megatron/NeMo recipes use 1..8)
 CP_MIN_SEQ_LEN = 16384  # cp > 1 searched from this sequence length on (or when pinned)
 VPP_CAP = 16  # most virtual stages per GPU searched (Megatron recipes use 2..8)
-TIME_UNIT_S = 1e-6  # solver time unit: one microsecond
+TIME_UNIT_S = 1e-6  # solver time unit: one microsecond (coarser when the objective needs it)
+# CP-SAT rejects a model whose objective could leave int64: the sum of its coefficients over
+# the rows it may choose must stay below this (ortools validates objective overflow)
+OBJECTIVE_SUM_LIMIT = 2**62
 MEM_UNIT_GIB = 1.0 / 1024  # solver memory unit: one MiB
 MESH_AXES: tuple[str, ...] = ("tp", "cp", "dp", "pp")  # axes whose groups may cross nodes
 
@@ -172,9 +175,9 @@ def crossing_groups(layout: Layout, gpus_per_node: int) -> int:
     return sum(group_span_nodes(layout, axis, gpus_per_node) > 1 for axis in MESH_AXES)
 
 
-def scale_time(step_time_s: np.ndarray) -> np.ndarray:
-    """Step time in integer TIME_UNIT_S (rounded)."""
-    return np.rint(np.asarray(step_time_s, dtype=float) / TIME_UNIT_S).astype(np.int64)
+def scale_time(step_time_s: np.ndarray, unit_s: float = TIME_UNIT_S) -> np.ndarray:
+    """Step time in integer units of unit_s (rounded)."""
+    return np.rint(np.asarray(step_time_s, dtype=float) / unit_s).astype(np.int64)
 
 
 def scale_memory(
@@ -199,6 +202,7 @@ class Space:
     knobs: dict[str, np.ndarray]
     columns: dict[str, np.ndarray]
     time_units: np.ndarray = field(init=False)
+    time_unit_s: float = field(init=False, default=TIME_UNIT_S)
     mem_units: np.ndarray = field(init=False)
     cap_units: int = field(init=False)
     crossing: np.ndarray = field(init=False)
@@ -213,6 +217,11 @@ class Space:
             self.mem_units, self.cap_units = scale_memory(
                 cols["peak_mem_gb"], cols["fits"], capacity
             )
+            # huge spaces of slow layouts (e.g. DeepSeek-V3 on 256 GPUs: 23k fitting rows of up to
+            # 2 h) overflow the objective in microseconds: coarsen the unit by 10 until it fits
+            while self._objective_sum_bound() >= OBJECTIVE_SUM_LIMIT:
+                self.time_unit_s *= 10
+                self.time_units = scale_time(cols["step_time_s"], self.time_unit_s)
         else:
             self.time_units = np.zeros(0, np.int64)
             self.mem_units, self.cap_units = np.zeros(0, np.int64), int(capacity / MEM_UNIT_GIB)
@@ -227,6 +236,13 @@ class Space:
             dtype=np.int64,
         )
         self.crossing = per_combo[inverse.reshape(-1)] if n else np.zeros(0, np.int64)
+
+    def _objective_sum_bound(self) -> float:
+        """Upper bound of the objective's coefficient sum over the fitting rows (float)."""
+        wt, wm = self.objective_weights
+        fit = self.mem_units <= self.cap_units
+        return float(np.sum(self.time_units[fit], dtype=float) * wt
+                     + np.sum(self.mem_units[fit], dtype=float) * wm + 4.0 * fit.sum())
 
     def __len__(self) -> int:
         return len(self.knobs["tp"])

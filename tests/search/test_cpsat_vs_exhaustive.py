@@ -224,3 +224,28 @@ def test_space_holds_llama3_405b_published_layout() -> None:
     assert ((126 % chunks[inter] == 0) | (128 % chunks[inter] == 0)).all()
     grad_accum = 2048 // (k["dp"] * k["mbs"])
     assert (grad_accum[inter] % k["pp"][inter] == 0).all()
+
+
+def test_objective_too_large_for_int64_coarsens_the_time_unit() -> None:
+    """A space of very slow layouts (step times x 1e9: hours to years) would give CP-SAT an
+    objective whose coefficient sum exceeds 2^62 in microseconds (MODEL_INVALID before). The
+    space coarsens its time unit by tens until the sum fits, and CP-SAT still returns exactly the
+    oracle's top plans."""
+    from planner.search.problem import OBJECTIVE_SUM_LIMIT, TIME_UNIT_S
+
+    def slow_batch(model, cluster, job, knobs):  # noqa: ANN001, ANN202
+        cols = standin_batch(model, cluster, job, knobs)
+        return {**cols, "step_time_s": cols["step_time_s"] * 1e9}
+
+    model, cluster, job = make_model(layers=4), make_cluster(8), make_job(2048, 8)
+    space = build_space(model, cluster, job, {}, batch_cost=slow_batch)
+    assert space.time_unit_s > TIME_UNIT_S
+    wt, wm = space.objective_weights
+    assert float(space.keys[space.fits].astype(float).sum()) < OBJECTIVE_SUM_LIMIT
+    micro = np.rint(space.columns["step_time_s"][space.fits] / TIME_UNIT_S).astype(float)
+    assert float(micro.sum()) * wt >= OBJECTIVE_SUM_LIMIT  # the microsecond objective overflows
+    selection = SelectionModel(space, {}, 3).solve()
+    oracle = exhaustive_top_k(exhaustive_space(model, cluster, job, {}, batch_cost=slow_batch),
+                              {}, 3)
+    assert selection.status == "OPTIMAL"
+    assert selection.objectives == [int(space.keys[i]) for i in oracle]
