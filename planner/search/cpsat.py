@@ -345,6 +345,8 @@ class SelectionModel:
         out.status = response.status.name
         if response.status == FEASIBLE:
             raise RuntimeError("CP-SAT hit its time limit before proving the top plans optimal")
+        if response.status not in (OPTIMAL, INFEASIBLE):  # a solver fault is not "nothing fits"
+            raise RuntimeError(f"CP-SAT could not solve the selection model: {out.status}")
         if response.status == OPTIMAL:
             values = np.asarray(response.solution, dtype=np.int64)
             picked = np.flatnonzero(values[: len(self.space)]).tolist()
