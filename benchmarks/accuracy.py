@@ -97,26 +97,38 @@ class Predictor:
         return {**plans[0].row(), "layout": plans[0].layout}
 
 
+def _timed_by_gpu(runs: Sequence[MeasuredRun]) -> dict[str, list[MeasuredRun]]:
+    """The runs with a measured step time, grouped by GPU profile name."""
+    by_gpu: dict[str, list[MeasuredRun]] = {}
+    for run in runs:
+        if not run.oom and run.measured_step_time_s:
+            by_gpu.setdefault(run.cluster.gpu.name, []).append(run)
+    return by_gpu
+
+
+def _searched_layouts(group: Sequence[MeasuredRun], stock: GpuProfile,
+                      predictor: Predictor) -> list[Layout | None]:
+    """Each run's layout as the search completes it on `stock` (None where it cannot)."""
+    layouts: list[Layout | None] = []
+    for run in group:
+        try:
+            pred = predictor.row(run, stock)
+        except PlannerError:  # the search cannot express the row's layout (see docs)
+            pred = None
+        layouts.append(None if pred is None else pred["layout"])
+    return layouts
+
+
 def fitted_profiles(runs: Sequence[MeasuredRun], predictor: Predictor,
                     knobs: Sequence[str] = TUNE_KNOBS, log: Any = print,
                     ) -> tuple[dict[str, GpuProfile], dict[str, dict[str, float]]]:
     """Profiles fitted per GPU on the given (tuning) runs, and their siblings; and the fitted
     knob values per GPU."""
-    by_gpu: dict[str, list[MeasuredRun]] = {}
-    for run in runs:
-        if not run.oom and run.measured_step_time_s:
-            by_gpu.setdefault(run.cluster.gpu.name, []).append(run)
     out: dict[str, GpuProfile] = {}
     values_of: dict[str, dict[str, float]] = {}
-    for name, group in by_gpu.items():
+    for name, group in _timed_by_gpu(runs).items():
         stock = group[0].cluster.gpu
-        layouts: list[Layout | None] = []
-        for run in group:
-            try:
-                pred = predictor.row(run, stock)
-            except PlannerError:  # the search cannot express the row's layout (see docs)
-                pred = None
-            layouts.append(None if pred is None else pred["layout"])
+        layouts = _searched_layouts(group, stock, predictor)
         t0 = time.perf_counter()
         own = {k.name for k in knobs_for(stock)}  # fp8_gemm_scale only where an fp8 curve is
         names = [k for k in knobs if k in own][: max(1, len(group) // RUNS_PER_KNOB)]
@@ -197,26 +209,16 @@ def software_factors(runs: Sequence[MeasuredRun], predictor: Predictor) -> pd.Da
     model misses."""
     out = []
     for source in sorted({r.source_id for r in runs}):
-        group = [r for r in runs if r.source_id == source]
-        _, values = fitted_profiles(group, predictor, ("gemm_scale",), log=lambda *_: None)
-        for gpu, vals in values.items():
-            timed = [r for r in group if r.cluster.gpu.name == gpu and not r.oom
-                     and r.measured_step_time_s]
+        for gpu, timed in _timed_by_gpu([r for r in runs if r.source_id == source]).items():
             stock = timed[0].cluster.gpu
-            layouts = []
-            for run in timed:
-                try:
-                    pred = predictor.row(run, stock)
-                except PlannerError:
-                    pred = None
-                layouts.append(None if pred is None else pred["layout"])
+            layouts = _searched_layouts(timed, stock, predictor)
             fit = calibrate(stock, timed, layouts=layouts, names=["gemm_scale"],
                             cross_validate=False)
             two = calibrate(stock, timed, layouts=layouts,
                             names=["gemm_scale", "layer_overhead_us"], cross_validate=False)
             after, after2 = np.abs(fit.err_after), np.abs(two.err_after)
             out.append({"source": source, "gpu": gpu, "runs": len(fit.runs),
-                        "gemm_scale": vals.get("gemm_scale", 1.0),
+                        "gemm_scale": fit.values["gemm_scale"],
                         "median_before": float(np.median(np.abs(fit.err_before))),
                         "median_after": float(np.median(after)),
                         "p90_after": float(np.quantile(after, 0.9)),

@@ -177,7 +177,7 @@ def estimate_batch(
     layer_fwd = st["n_dense"] * dense_t.total[col] + st["n_moe"] * moe_t.total[col]
     recomp = np.where((rc == 1)[col], attn_core, 0.0) + np.where((rc == 2)[col], layer_fwd, 0.0)
     attn_bwd = compute.attention_backward_factor(kind)
-    bwd = compute.BACKWARD_FACTOR * (fwd - attn_core) + attn_bwd * attn_core
+    bwd = compute.backward_time(fwd, attn_core, kind)
     # host-side launch / dispatch time of each layer pass (profile.layer_overhead_us, fitted by
     # calibrate; 0 in the stock profiles): forward 1, backward 2, full recompute 1 more
     passes = 3.0 + (rc == 2)
@@ -189,7 +189,7 @@ def estimate_batch(
 
         def offload_exposed(t: compute.LayerTimes, per_token: np.ndarray) -> np.ndarray:
             copy = tokens * per_token / link
-            layer_bwd = compute.BACKWARD_FACTOR * (t.total - t.attention) + attn_bwd * t.attention
+            layer_bwd = compute.backward_time(t.total, t.attention, kind)
             return np.maximum(copy - t.total, 0.0) + np.maximum(copy - layer_bwd, 0.0)
 
         off = (st["n_dense"] * offload_exposed(dense_t, full_d)[col]
@@ -398,14 +398,14 @@ def estimate_batch(
     # (memory.runtime_extra_bytes).
     # Buffers that exist only after the backward count beyond the activations they replace:
     # peak = max(activations + backward buffers, after-backward buffers).
-    grad_elems = memory.largest_grad_elements(model, st["emb"] + st["head"]) / tp[col]
+    end_stage = st["emb"] + st["head"]
+    grad_elems = memory.largest_grad_elements(model, end_stage) / tp[col]
     during, after = memory.recipe_buffers(job.software, job.grad_dtype, grad_elems,
                                           p_dense + p_exp)
     step_grads = (p_dense * memory.step_grad_bytes(d_dense, job.grad_dtype)[col]
                   + p_exp * memory.step_grad_bytes(d_exp, job.grad_dtype)[col])
     after = np.maximum(after, step_grads)  # the step's fp32 shard comes after the reduction
     backward_other = coll[col] + zero_units + during
-    end_stage = st["emb"] + st["head"]
     mem_other = np.maximum(backward_other, after - mem_act) + memory.runtime_extra_bytes(
         job.software, tp[col], pp[col], end_stage)
 

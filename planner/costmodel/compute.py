@@ -32,6 +32,14 @@ def attention_backward_factor(attention_kind: str) -> float:
     """Backward / forward time of the attention core: fused (flash, cudnn) 2.5; unfused 2 (its
     GEMMs' dgrad + wgrad, and the softmax backward reads two tensors and writes one)."""
     return BACKWARD_FACTOR if attention_kind == "unfused" else ATTENTION_BACKWARD_FACTOR
+
+
+def backward_time(forward_s, attention_s, attention_kind: str):  # noqa: ANN001, ANN201
+    """Backward seconds of work whose forward takes forward_s, attention_s of it the attention
+    core: BACKWARD_FACTOR x the rest, attention_backward_factor x the core."""
+    return (BACKWARD_FACTOR * (forward_s - attention_s)
+            + attention_backward_factor(attention_kind) * attention_s)
+
 # Element-wise bytes per token per layer in forward, read + write at 2 bytes/element: each norm
 # reads and writes h (2 x 2h x 2 B), each residual add reads 2h and writes h (2 x 3h x 2 B).
 NORM_RESIDUAL_BYTES_PER_H = 2 * 2 * 2 + 2 * 3 * 2  # = 20 h bytes, divided by t with SP only
@@ -91,6 +99,11 @@ def quantization_factor(gpu: GpuProfile, curve, m, n, k):  # noqa: ANN001, ANN20
     ref = np.interp(np.log(np.maximum(2.0 * m * n * k, 1.0)), np.log(xs), ref_util)
     outputs = ((m, n), (m, k), (k, n))
     return sum(ref / _tile_utilization(a, b, gpu.sm_count) for a, b in outputs) / 3.0
+
+
+def shaped_gemm_time(gpu: GpuProfile, peak: float, curve, m, n, k):  # noqa: ANN001, ANN201
+    """Seconds of an (m x k) @ (k x n) GEMM: its FLOP off the curve, times its quantization."""
+    return _gemm_time(2 * m * n * k, peak, curve, quantization_factor(gpu, curve, m, n, k))
 
 
 def matmul_peak_and_curve(gpu: GpuProfile, precision: str):  # noqa: ANN201
@@ -161,8 +174,7 @@ def layer_forward_times(
 
     def proj(m, n_out, k_in):  # noqa: ANN001, ANN202
         """One projection GEMM: m tokens, k_in -> n_out features (local after the TP split)."""
-        return _gemm_time(2 * m * n_out * k_in, peak, curve,
-                          quantization_factor(gpu, curve, m, n_out, k_in))
+        return shaped_gemm_time(gpu, peak, curve, m, n_out, k_in)
 
     gemm = proj(tokens, qkv_w / h / tp, h) + proj(tokens, h, a * v_dim / tp)
     if moe:
@@ -217,8 +229,7 @@ def head_forward_time(model: ModelSpec, gpu: GpuProfile, precision: str, tokens,
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
     v, h = model.vocab_size, model.hidden_size
-    gemm = _gemm_time(2 * tokens * h * v / tp, peak, curve,
-                      quantization_factor(gpu, curve, tokens, v / tp, h))
+    gemm = shaped_gemm_time(gpu, peak, curve, tokens, v / tp, h)
     ce = CE_BYTES_PER_LOGIT * tokens * v / tp / gpu.hbm_bytes_per_s
     return gemm + ce
 
