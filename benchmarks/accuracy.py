@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         profiles.update(fitted)
         if ns.write_profiles:
             note = (f"fitted by benchmarks/accuracy.py (planner calibrate) on "
-                    f"{' + '.join(tuned)} of ../shared/calibration/published_runs.csv")
+                    f"{' + '.join(tuned)} of planner/data/published_runs.csv")
             for name, prof in fitted.items():
                 path = PROFILE_DIR / f"{name}.yaml"
                 vals = values.get(name) or next(

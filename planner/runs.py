@@ -1,5 +1,5 @@
 """Measured training runs, one type for every origin: rows of a table with the columns of
-../shared/calibration/published_runs.csv (the published runs, or a user's own training logs) and
+planner/data/published_runs.csv (the published runs, or a user's own training logs) and
 the JSON-lines records `planner validate` appends.
 
 A MeasuredRun holds what a prediction needs (ModelSpec, ClusterSpec, JobSpec), the layout knobs
@@ -22,11 +22,10 @@ from planner.layout import Layout
 from planner.specs import ClusterSpec, GpuProfile, JobSpec, ModelSpec
 
 LAYOUT_KNOBS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp")
-# The project's calibration set sits next to the checkout (../shared/calibration); it is not
-# packaged. PLANNER_PUBLISHED_RUNS points elsewhere.
+# The project's calibration set (published measured runs, with its README of columns, sources and
+# caveats) is package data: planner/data/published_runs.csv; PLANNER_PUBLISHED_RUNS overrides it.
 PUBLISHED_RUNS_CSV = Path(os.environ.get(
-    "PLANNER_PUBLISHED_RUNS",
-    Path(__file__).resolve().parents[2] / "shared" / "calibration" / "published_runs.csv"))
+    "PLANNER_PUBLISHED_RUNS", Path(__file__).resolve().parent / "data" / "published_runs.csv"))
 # GPT-2/GPT-3 BPE vocabulary (Brown et al. 2020, which reuses GPT-2's tokenizer): the published
 # tables of GPT-3-style runs often omit the vocabulary.
 GPT_VOCAB = 50257

@@ -1,6 +1,6 @@
 """Memory against the published runs: the DeepSpeed 2022 runtime terms (JobSpec.software
 "deepspeed-2022"), the step-only fp32 gradient shard, FP8 activations (Transformer Engine), and
-the BLOOM out-of-memory rows of ../shared/calibration/published_runs.csv against their measured
+the BLOOM out-of-memory rows of planner/data/published_runs.csv against their measured
 neighbours. Expected values are computed here from the sources' formulas (memory.py comments)."""
 
 from __future__ import annotations

@@ -21,8 +21,6 @@ from planner.runs import (
     zero_of,
 )
 
-pytestmark = pytest.mark.skipif(not PUBLISHED_RUNS_CSV.is_file(), reason="shared data absent")
-
 
 def _resolver(name: str):
     """Every A100/H100 row resolves to the fixture profile (renamed); other GPUs are unknown."""
