@@ -1,4 +1,4 @@
-"""Accuracy of the cost model against the published measured runs (../shared/calibration).
+"""Accuracy of the cost model against the published measured runs (planner/data/published_runs.csv).
 
     python benchmarks/accuracy.py                      # tune on dgxc + bloom, report every source
     python benchmarks/accuracy.py --tune none          # the stock profiles as they are

@@ -1,4 +1,4 @@
-"""Plan = Layout + its Estimate + rank; the row of plan columns (../shared/CONTRACT.md)."""
+"""Plan = Layout + its Estimate + rank; the row of plan columns (docs/contract.md)."""
 
 from __future__ import annotations
 

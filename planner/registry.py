@@ -1,5 +1,5 @@
 """Name or path -> spec. Lists the built-in model specs and GPU profiles (package data read via
-importlib.resources) and parses the cluster grammar of ../shared/CONTRACT.md."""
+importlib.resources) and parses the cluster grammar of docs/contract.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Plans as tables, CSV and JSON (the plan columns of ../shared/CONTRACT.md, in contract order),
+"""Plans as tables, CSV and JSON (the plan columns of docs/contract.md, in contract order),
 and the rich breakdown of one plan. pandas and rich are imported inside the functions: the CLI
 must start fast."""
 

@@ -74,7 +74,7 @@ def test_installed_wheel_serves_builtin_models_and_gpus(installed, tmp_path):
     expected_gpus = {p.stem for p in (REPO / "hardware_profiles").glob("*.yaml")}
     assert {g["name"] for g in clusters["profiles"]} == expected_gpus
     h100 = next(g for g in clusters["profiles"] if g["name"] == "H100-SXM")
-    assert h100["peak_bf16_tflops"] == 989  # dense BF16, hardware-facts section 1
+    assert h100["peak_bf16_tflops"] == 989  # dense BF16, docs/hardware.md section 1
 
     # the validate subpackage ships under the planner name, never as a top-level `validate`
     _run(installed / "python", "-c", "import planner.validate", cwd=outside)

@@ -1,5 +1,5 @@
 """The analytical cost model: memory of the most loaded GPU and time per optimizer step of one
-layout, term by term (the plan columns of ../shared/CONTRACT.md).
+layout, term by term (the plan columns of docs/contract.md).
 
     estimate(model, cluster, job, layout) -> Estimate          one layout, checked
     estimate_batch(model, cluster, job, layouts) -> dict        many layouts, numpy columns

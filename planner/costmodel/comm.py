@@ -1,6 +1,6 @@
 """Collective and point-to-point times (alpha-beta, vectorized over layouts).
 
-Convention (the one nccl-tests reports, hardware-facts 2.2): busbw is the per-GPU,
+Convention (the one nccl-tests reports, docs/hardware.md 2.2): busbw is the per-GPU,
 per-direction bus bandwidth, and for a collective on n ranks
 
     all-reduce of S bytes:           each rank moves 2 S (n-1)/n  -> t = 2 S (n-1)/n / busbw
@@ -11,11 +11,11 @@ per-direction bus bandwidth, and for a collective on n ranks
 busbw(S) is read from the profile's measured curve at the message size. The curves are
 end to end (nccl-tests timings, latency included) at a reference group: one full node for the
 intra-node curve (gpus_per_node ranks), two nodes for the inter-node one. Larger groups add
-NCCL's per-step ring latency (tuning.cc, hardware-facts 2.4) for the ring steps beyond the
+NCCL's per-step ring latency (tuning.cc, docs/hardware.md 2.4) for the ring steps beyond the
 reference: 2(n-1) steps for an all-reduce on n ranks, of which 2(k-1) cross the network on k
 domains. base_latency_us is already inside the curves and is charged only to point-to-point
 sends, which are alpha-beta: base + one hop latency + S / the curve's plateau (p2p copies reach
-~90% of the link, hardware-facts 2.2, close to the all-reduce plateau).
+~90% of the link, docs/hardware.md 2.2, close to the all-reduce plateau).
 
 Tiers. A group stays on the scale-up fabric when all its members sit in one NVLink domain
 (cluster.domain_gpus; 8 on a DGX, 72 on NVL72) and uses the intra-node curve. Otherwise it is

@@ -1,7 +1,7 @@
 """Compute time of one micro-batch on one stage, and FLOP counts.
 
 GEMMs: every projection is its own GEMM whose FLOP (2 x tokens x weight elements / t after the
-TP split) sets its achieved efficiency from the profile's curve (hardware-facts 2.1: efficiency
+TP split) sets its achieved efficiency from the profile's curve (docs/hardware.md 2.1: efficiency
 collapses below ~2048^3); time = FLOP / (peak x efficiency(FLOP)). Attention core (flash) runs
 at profile.attention_efficiency of the 16-bit peak, counted causally (half the s x s square).
 Backward = 2 x forward (dgrad + wgrad; Narayanan 2021 sec. 5.1, Megatron's expansion factor

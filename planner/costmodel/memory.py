@@ -287,7 +287,7 @@ def recipe_buffers(software: str, grad_dtype: str, grad_elements, stage_params):
     return zero, zero
 
 # NCCL memory per communicator: ~544 MB for a 2-rank group, ~688 MB for more ranks (measured on
-# 4x A100, nccl #964; hardware-facts 3.5). The GPU profiles' reserve counts three (TP, PP, DP).
+# 4x A100, nccl #964; docs/hardware.md 3.5). The GPU profiles' reserve counts three (TP, PP, DP).
 # DeepSpeed 0.5-0.6's pipeline engine also runs collectives on (runtime/pipe/engine.py,
 # module.py, zero/stage2.py, bf16_optimizer.py): the pipe-parallel group (_aggregate_total_loss
 # broadcasts the loss from the last stage every step), the tied-weight group of the first and

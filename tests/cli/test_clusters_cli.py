@@ -1,5 +1,5 @@
 """`planner clusters [--json]`: the profile list with its numbers, and the cluster grammar.
-Expected numbers are the published figures of hardware-facts section 1 (typed, not read back)."""
+Expected numbers are the published figures of docs/hardware.md section 1 (typed, not read back)."""
 
 from __future__ import annotations
 

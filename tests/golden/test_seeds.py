@@ -1,5 +1,6 @@
-"""The seeds' worked numbers (/work/shared/seeds), where they are right (seeds/README.md errata),
-reproduced through the cost model's own functions."""
+"""The seeds' worked numbers (the project's teaching texts; their numbers are typed here, never
+read at run time), where they are right (the seeds' errata), reproduced through the cost model's
+own functions."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A small GPU profile for the calibration tests (numbers are the A100-SXM4-80GB facts of
-../shared/reference/hardware-facts.md, S1/S2/S10), independent of the built-in YAMLs."""
+docs/hardware.md, S1/S2/S10), independent of the built-in YAMLs."""
 
 from __future__ import annotations
 

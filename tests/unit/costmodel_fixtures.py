@@ -3,7 +3,7 @@
 gpt3_175b: Brown et al. 2020 Table 2.1 (96 layers, d_model 12288, 96 heads of 128, context
 2048), ffn = 4 d_model, GeLU, LayerNorm, learned positions, biases; vocab 51200 (Megatron's
 padded GPT-2 vocabulary, Narayanan 2021 sec. 5.1).
-a100: A100-SXM4-80GB numbers of /work/shared/reference/hardware-facts.md (312 TFLOP/s bf16 [S1],
+a100: A100-SXM4-80GB numbers of docs/hardware.md (312 TFLOP/s bf16 [S1],
 80 GiB, 2.039 TB/s [S3], Azure square-GEMM sweep [S10], NVLink busbw plateau 231.6 GB/s [S10],
 inter-node 24 GB/s per NIC = 192 GB/s / 8 [nccl #1576]).
 flat_gpu: the same GPU with flat curves and negligible latency, so times can be computed by hand.

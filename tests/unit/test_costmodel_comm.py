@@ -40,7 +40,7 @@ def test_group_of_one_costs_nothing():
 
 def test_full_node_groups_reach_the_measured_multi_node_busbw():
     """A DP group of whole 8-GPU nodes uses all 8 NICs: 8 x 24 GB/s = 192 GB/s, the DGX A100
-    multi-node all-reduce busbw NVIDIA reports (nccl #1576, hardware-facts 2.2)."""
+    multi-node all-reduce busbw NVIDIA reports (nccl #1576, docs/hardware.md 2.2)."""
     group = comm.Group(cluster(a100(), 128), np.array([128]), np.array([1]))
     assert group.crosses[0] and group.per_domain[0] == 8
     assert group.busbw(8e9)[0] / 1e9 == pytest.approx(192, rel=0.01)

@@ -1,9 +1,9 @@
 """Iteration times Korthikanti et al. 2022 measured (Table 5; Megatron-LM on Selene, A100 80GB,
 seq 2048, micro-batch 1; model shapes and layouts from their Table 3), predicted with an
-uncalibrated A100 profile built from hardware-facts numbers (no SM count: no GEMM quantization)
+uncalibrated A100 profile built from docs/hardware.md numbers (no SM count: no GEMM quantization)
 and the attention Megatron-LM ran in 2022 (unfused: its fused scale-mask-softmax, no flash
 attention). Calculon reproduces the same eight points with a 3.65% mean error, 8.87% max
-(hardware-facts section 4); this model: 2.6% mean, 6.3% max."""
+(docs/hardware.md section 4); this model: 2.6% mean, 6.3% max."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Built-in GPU profiles (hardware_profiles/*.yaml): they validate, every number has a source, the
 curves behave physically, and the numbers match the published figures.
 
-Expected values are typed from /work/shared/reference/hardware-facts.md (section and source key
+Expected values are typed from docs/hardware.md (section and source key
 next to each), not read back from the YAML."""
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def test_aliases_resolve(typed, expected):
 
 
 # (profile, dense bf16, dense fp8 or None, memory GiB, HBM TB/s):
-# hardware-facts section 1 [S1][S3][S7][S8]
+# docs/hardware.md section 1 [S1][S3][S7][S8]
 SPEC_TABLE = [
     ("A100-SXM4-80GB", 312, None, 80, 2.039),
     ("A100-SXM4-40GB", 312, None, 40, 1.555),
@@ -126,7 +126,7 @@ SPEC_TABLE = [
     ("H200-SXM", 989, 1979, 141, 4.8),
     ("B200-SXM", 2250, 4500, 180, 8.0),
     ("GB200-NVL72", 2500, 5000, 186, 8.0),
-    # GB300: not in hardware-facts; NVIDIA's per-GPU table via verda.com (2.5 PF BF16, 279 GB,
+    # GB300: not in docs/hardware.md; NVIDIA's per-GPU table via verda.com (2.5 PF BF16, 279 GB,
     # 8 TB/s) and glennklockwood.com B300 page (360 PF FP8 per 72-GPU rack = 5000)
     ("GB300-NVL72", 2500, 360_000 / 72, 279, 8.0),
     ("MI300X", 1300, 2610, 192, 5.3),
@@ -148,7 +148,7 @@ def test_vendor_numbers_match_reference(gpus, name, bf16, fp8, mem, hbm):
 
 # (profile, GPUs per node, NVLink domain, per-GPU NIC Gbit/s, intra fabric,
 # per-direction link GB/s):
-# hardware-facts 1 and 1.1
+# docs/hardware.md 1 and 1.1
 NODE_TABLE = [
     ("A100-SXM4-80GB", 8, 8, 200, "nvswitch", 300),  # DGX A100, 8x HDR 200G (nccl #1576)
     ("H100-SXM", 8, 8, 400, "nvswitch", 450),        # DGX H100, 8x NDR 400G
@@ -175,13 +175,13 @@ def test_node_shapes_match_reference(gpus, name, per_node, domain, nic, fabric, 
 
 
 def test_shared_nics_on_dgx1():
-    # DGX-1: 4x 100 Gb/s IB for 8 GPUs (hardware-facts 1.1 [S45]): one 12.5 GB/s NIC per 2 GPUs
+    # DGX-1: 4x 100 Gb/s IB for 8 GPUs (docs/hardware.md 1.1 [S45]): one 12.5 GB/s NIC per 2 GPUs
     v100 = load_gpu("V100")
     assert (v100.nics_per_gpu, v100.inter_node.link_gb_per_s) == (0.5, 12.5)
 
 
 def test_measured_curves_reproduce_the_published_tables(gpus):
-    # Azure AI-benchmarking-guide tables, hardware-facts 2.1 and 2.3 [S10]
+    # Azure AI-benchmarking-guide tables, docs/hardware.md 2.1 and 2.3 [S10]
     names = ("A100-SXM4-80GB", "H100-SXM", "H200-SXM", "GB200-NVL72")
     a100, h100, h200, gb200 = (gpus[n] for n in names)
     # the GEMM curve's level is fitted to training runs (benchmarks/accuracy.py scales it
@@ -194,7 +194,7 @@ def test_measured_curves_reproduce_the_published_tables(gpus):
     assert h100.intra_node.busbw_gb_per_s(GiB) == pytest.approx(466.4)
     assert h200.intra_node.busbw_gb_per_s(8 * GiB) == pytest.approx(480.0)
     assert gb200.intra_node.busbw_gb_per_s(MiB) == pytest.approx(80.5)
-    # B200 8-GPU plateau 845.7 GB/s at 16 GiB, hardware-facts 2.2 [S2]
+    # B200 8-GPU plateau 845.7 GB/s at 16 GiB, docs/hardware.md 2.2 [S2]
     assert gpus["B200-SXM"].intra_node.busbw_gb_per_s(16 * GiB) == pytest.approx(845.7)
 
 
@@ -216,7 +216,7 @@ def _curves(gpu: GpuProfile):
 
 def test_curves_are_non_decreasing(gpus):
     # Larger messages amortise latency and larger GEMMs amortise launch/tail effects: every
-    # published sweep in hardware-facts 2.1/2.3 rises with size.
+    # published sweep in docs/hardware.md 2.1/2.3 rises with size.
     for gpu in gpus.values():
         for label, curve in _curves(gpu):
             ys = [y for _, y in curve.points]
@@ -225,7 +225,7 @@ def test_curves_are_non_decreasing(gpus):
 
 
 def test_gemm_efficiency_below_the_measured_matmul_ceiling(gpus):
-    # A size curve cannot beat the best shape found by brute force (MAMF, hardware-facts 2.1 [S1]).
+    # A size curve cannot beat the best shape found by brute force (MAMF, docs/hardware.md 2.1, S1).
     mamf = {"A100-SXM4-80GB": 271.2 / 312, "H100-SXM": 794.5 / 989, "H200-SXM": 794.5 / 989,
             "B200-SXM": 1745.0 / 2250, "GB200-NVL72": 1822.0 / 2500, "MI300X": 781.9 / 1300}
     for name, ceiling in mamf.items():
@@ -242,14 +242,14 @@ def test_busbw_within_physical_limits(gpus):
         inter, intra = gpu.inter_node, gpu.intra_node
         assert max(y for _, y in inter.busbw_gb_per_s.points) <= inter.link_gb_per_s
         # NVLS in-switch reduction lifts all-reduce busbw to at most ~107% of the link (8xH200,
-        # hardware-facts 2.2); nothing else exceeds the link
+        # docs/hardware.md 2.2); nothing else exceeds the link
         assert max(y for _, y in intra.busbw_gb_per_s.points) <= 1.1 * intra.link_gb_per_s
         # scale-up beats scale-out at large messages
         assert gpu.intra_node.busbw_gb_per_s(GiB) > gpu.inter_node.busbw_gb_per_s(GiB)
 
 
 def test_small_message_floor_matches_measured_latency(gpus):
-    # 1 KiB all-reduce takes ~45 us on 8xA100 and ~26 us on 8xH100 (hardware-facts 2.3, derived
+    # 1 KiB all-reduce takes ~45 us on 8xA100 and ~26 us on 8xH100 (docs/hardware.md 2.3, derived
     # table), and ~47 us across 2 nodes (nccl #1244): t = 2*S*(n-1)/n / busbw with n = 8.
     def t_us(gpu: GpuProfile, tier: str) -> float:
         busbw = getattr(gpu, tier).busbw_gb_per_s(KiB) * 1e9
@@ -261,7 +261,7 @@ def test_small_message_floor_matches_measured_latency(gpus):
 
 
 def test_reserve_and_usable_memory(gpus):
-    # hardware-facts 3.5: ~0.3 GiB CUDA context, 0.5-1 GB per NCCL group (3 groups), a few % slack
+    # docs/hardware.md 3.5: ~0.3 GiB CUDA context, 0.5-1 GB per NCCL group (3 groups), a few % slack
     for gpu in gpus.values():
         assert 0.3 + 3 * 0.5 <= gpu.reserve_gib <= 0.4 + 3 * 1.0 + 0.05 * gpu.memory_gib
         assert gpu.usable_memory_gib == pytest.approx(gpu.memory_gib - gpu.reserve_gib)
@@ -269,7 +269,7 @@ def test_reserve_and_usable_memory(gpus):
 
 
 def test_hbm_efficiency_within_measured_stream_ranges(gpus):
-    # STREAM-like Copy..Dot ranges, hardware-facts 2.1 [S10]
+    # STREAM-like Copy..Dot ranges, docs/hardware.md 2.1 [S10]
     assert 1.61 / 2.039 <= gpus["A100-SXM4-80GB"].hbm_efficiency <= 1.75 / 2.039
     assert 2.90 / 3.35 <= gpus["H100-SXM"].hbm_efficiency <= 3.18 / 3.35
     assert 4.00 / 4.8 <= gpus["H200-SXM"].hbm_efficiency <= 4.48 / 4.8
