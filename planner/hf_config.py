@@ -1,12 +1,12 @@
-"""HuggingFace config.json -> ModelSpec.
+"""HuggingFace config.json -> the ModelSpec fields of that architecture.
 
-    spec = model_spec_from_hf(json.load(open("config.json")), name="my-model", where="config.json")
+    fields = hf_model_fields(json.load(open("config.json")), name="my-model", where="config.json")
 
 Reads the fields each transformers architecture uses to size its weights (model_type llama,
 mistral, mixtral, qwen2, gpt2, gpt_neox, deepseek_v2, deepseek_v3). Defaults follow the
-transformers config classes where a key may be absent (e.g. num_key_value_heads). When the
-architecture equals a built-in model's, the built-in's trained seq_len and global_batch are the
-defaults; otherwise seq_len is min(max_position_embeddings, 4096) and global_batch 512.
+transformers config classes where a key may be absent (e.g. num_key_value_heads). The import has
+one direction: planner.registry.model_spec_from_hf validates these fields into a ModelSpec and
+gives a model whose architecture equals a built-in's that model's trained seq_len and batch.
 """
 
 from __future__ import annotations
@@ -159,22 +159,10 @@ def architecture(spec: ModelSpec) -> dict[str, Any]:
     return arch
 
 
-def _builtin_twin(spec: ModelSpec) -> ModelSpec | None:
-    """The built-in model with the same architecture, if any (lazy: registry imports us)."""
-    from planner.registry import builtin_models
-
-    arch = architecture(spec)
-    for model in builtin_models().values():
-        if architecture(model) == arch:
-            return model
-    return None
-
-
-def model_spec_from_hf(config: dict[str, Any], name: str, where: str) -> ModelSpec:
-    """Build a ModelSpec from the contents of a HuggingFace config.json. `where` (the file) is
-    named in errors: an unknown model_type or a missing field raises one-line SpecError."""
-    from planner.registry import validate_as
-
+def hf_model_fields(config: dict[str, Any], name: str, where: str) -> dict[str, Any]:
+    """The ModelSpec fields (unvalidated) of the contents of a HuggingFace config.json. `where`
+    (the file) is named in errors: an unknown model_type or a missing field raises one-line
+    SpecError. seq_len is min(max_position_embeddings, 4096), global_batch 512."""
     if not isinstance(config, dict):
         raise SpecError(f"{where}: expected a JSON object at the top level")
     model_type = config.get("model_type")
@@ -190,12 +178,5 @@ def model_spec_from_hf(config: dict[str, Any], name: str, where: str) -> ModelSp
     seq_len = min(max_pos, DEFAULT_SEQ_LEN) if isinstance(max_pos, int) and max_pos > 0 else (
         DEFAULT_SEQ_LEN
     )
-    data = {"name": name, "source": f"HuggingFace config {where}", **fields,
+    return {"name": name, "source": f"HuggingFace config {where}", **fields,
             "seq_len": seq_len, "global_batch": DEFAULT_GLOBAL_BATCH}
-    spec = validate_as(ModelSpec, data, where)
-    twin = _builtin_twin(spec)
-    if twin is None:
-        return spec
-    data.update(seq_len=twin.seq_len, global_batch=twin.global_batch,
-                description=f"same architecture as the built-in '{twin.name}'")
-    return validate_as(ModelSpec, data, where)

@@ -103,6 +103,23 @@ def _looks_like_path(text: str) -> bool:
     return text.endswith((".yaml", ".yml", ".json")) or "/" in text or Path(text).is_file()
 
 
+def model_spec_from_hf(config: dict[str, Any], name: str, where: str) -> ModelSpec:
+    """A validated ModelSpec from the contents of a HuggingFace config.json (`where` names the
+    file in one-line errors). When the architecture equals a built-in model's, the built-in's
+    trained seq_len and global_batch are the defaults."""
+    from planner.hf_config import architecture, hf_model_fields
+
+    data = hf_model_fields(config, name, where)
+    spec = validate_as(ModelSpec, data, where)
+    arch = architecture(spec)
+    twin = next((m for m in builtin_models().values() if architecture(m) == arch), None)
+    if twin is None:
+        return spec
+    data.update(seq_len=twin.seq_len, global_batch=twin.global_batch,
+                description=f"same architecture as the built-in '{twin.name}'")
+    return validate_as(ModelSpec, data, where)
+
+
 def load_model(name_or_path: str) -> ModelSpec:
     """A built-in name or alias, a model spec YAML, or a HuggingFace config.json."""
     if _looks_like_path(name_or_path):
@@ -111,8 +128,6 @@ def load_model(name_or_path: str) -> ModelSpec:
             raise SpecError(f"model file not found: {path}")
         data = read_yaml_or_json(path)
         if "model_type" in data:  # a HuggingFace config.json
-            from planner.hf_config import model_spec_from_hf
-
             # dir/config.json is named after its folder (the HF repo's name), other files by stem
             in_repo_dir = path.name == "config.json" and path.parent.name
             name = path.parent.name if in_repo_dir else path.stem

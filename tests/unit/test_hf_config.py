@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from planner.errors import SpecError
-from planner.hf_config import READERS, architecture, model_spec_from_hf
-from planner.registry import builtin_models, load_model
+from planner.hf_config import READERS, architecture
+from planner.registry import builtin_models, load_model, model_spec_from_hf
 
 HF = Path(__file__).resolve().parents[1] / "data" / "hf"
 TWINS = sorted(p.stem for p in HF.glob("*.json") if p.stem in builtin_models())
@@ -19,6 +19,16 @@ TWINS = sorted(p.stem for p in HF.glob("*.json") if p.stem in builtin_models())
 
 def read(name: str) -> dict:
     return json.loads((HF / f"{name}.json").read_text())
+
+
+def test_hf_import_has_one_direction():
+    """The registry calls the HF reader; the reader never imports the registry."""
+    import ast
+
+    source = (Path(__file__).resolve().parents[2] / "planner" / "hf_config.py").read_text()
+    imported = {node.module for node in ast.walk(ast.parse(source))
+                if isinstance(node, ast.ImportFrom)}
+    assert "planner.specs" in imported and "planner.registry" not in imported
 
 
 def test_fixtures_cover_every_model_type():
