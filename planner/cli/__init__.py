@@ -14,16 +14,48 @@ user causes (planner.errors.PlannerError) are printed as one line on stderr with
 
 from __future__ import annotations
 
+import importlib
 import sys
+from typing import Any
 
-from planner.cli import calibrate, clusters, estimate, models, profile, solve, validate  # noqa: F401 (registers)
-from planner.cli.app import app
 from planner.errors import PlannerError
+
+# Command name -> the module that registers it on the typer app (planner.cli.typer_app). main()
+# imports only the module of the command being run, so `planner solve` never pays for the
+# imports of calibrate, validate or profile.
+COMMANDS = {
+    "solve": "planner.cli.solve",
+    "estimate": "planner.cli.estimate",
+    "models": "planner.cli.models",
+    "clusters": "planner.cli.clusters",
+    "validate": "planner.cli.validate",
+    "profile": "planner.cli.profile",
+    "calibrate": "planner.cli.calibrate",
+}
+
+
+def register(argv: list[str] | None = None) -> Any:
+    """Register the command named by argv[1] (every command when argv names none, e.g. --help)
+    and return the typer app."""
+    name = argv[1] if argv and len(argv) > 1 else None
+    for module in [COMMANDS[name]] if name in COMMANDS else COMMANDS.values():
+        importlib.import_module(module)
+    from planner.cli.typer_app import app
+
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    """`from planner.cli import app`: the app with every command registered."""
+    if name == "app":
+        return register()
+    raise AttributeError(f"module 'planner.cli' has no attribute {name!r}")
 
 
 def main() -> None:
     """Console-script entry point. typer runs in standalone mode (usage errors exit 2 with its
     own message, typer.Exit codes pass through); our own PlannerError becomes one line."""
+    app = register(sys.argv)
     try:
         app()
     except PlannerError as exc:

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.app import app
+from planner.cli.typer_app import app
 
 RunsOpt = Annotated[Path, typer.Option(
     "--runs", help="validate records (.jsonl) or a runs table (.csv).")]

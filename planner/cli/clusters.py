@@ -11,8 +11,8 @@ import json
 
 import typer
 
-from planner.cli.app import app
 from planner.cli.options import JsonOpt
+from planner.cli.typer_app import app
 
 
 def _num(value: float | None) -> str:

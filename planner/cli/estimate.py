@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import typer
 
-from planner.cli.app import app
 from planner.cli.options import (
     AttentionChoice,
     AttentionOpt,
@@ -43,6 +42,7 @@ from planner.cli.options import (
     ZeroOpt,
     load_inputs,
 )
+from planner.cli.typer_app import app
 from planner.errors import LayoutError
 
 DEFAULT_ZERO = 1  # Megatron's distributed optimizer: the common large-model default

@@ -10,8 +10,8 @@ import json
 
 import typer
 
-from planner.cli.app import app
 from planner.cli.options import JsonOpt
+from planner.cli.typer_app import app
 
 
 @app.command("models")

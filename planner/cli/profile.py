@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.app import app
+from planner.cli.typer_app import app
 
 
 @app.command("profile")

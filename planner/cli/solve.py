@@ -18,7 +18,6 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.app import app
 from planner.cli.options import (
     AttentionChoice,
     AttentionOpt,
@@ -48,6 +47,7 @@ from planner.cli.options import (
     layout_pins,
     load_inputs,
 )
+from planner.cli.typer_app import app
 
 TopOpt = Annotated[int, typer.Option("--top", min=1, help="How many ranked plans to show/write.")]
 CalibrateOpt = Annotated[

@@ -19,7 +19,6 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.app import app
 from planner.cli.options import (
     CpOpt,
     DpOpt,
@@ -36,6 +35,7 @@ from planner.cli.options import (
     VppOpt,
     ZeroOpt,
 )
+from planner.cli.typer_app import app
 
 
 def _dim(flag: str, what: str):  # noqa: ANN202 - an Annotated alias

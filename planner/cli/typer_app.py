@@ -10,3 +10,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _group() -> None:
+    """Keeps `planner COMMAND` a group when main() has registered only the command being run
+    (typer runs a lone command without its name otherwise)."""
