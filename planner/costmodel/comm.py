@@ -144,3 +144,150 @@ def p2p_time(cluster: ClusterSpec, nbytes, crosses_nodes, calls=1):  # noqa: ANN
         * US
     )
     return (nbytes / bw + lat) * calls
+
+
+# ---- per-stage communication terms (arrays of shape (layouts, candidate stages)) -------------
+# Megatron DDP gradient buckets: max(40M, 1M x dp) elements (distributed.DistributedDataParallel
+# bucket_size default); the bucket sets the message size the busbw curve is read at.
+DP_BUCKET_ELEMENTS = 40e6
+_COL = (slice(None), None)  # broadcast a per-layout (N,) array against (N, C) stage arrays
+
+
+def tp_stage_time(cluster: ClusterSpec, model, stages, tokens, tp, sp, recompute,  # noqa: ANN001, ANN201
+                  dense_gemm, moe_gemm, tp_comm_overlap: bool = False):
+    """TP seconds per micro-batch of each stage, and of one activation collective per layout.
+
+    2 all-reduces (or AG + RS with SP) per layer in forward, 2 in backward, 2 more when full
+    recompute re-runs the forward (Korthikanti 2022 sec. 4.2.2); one for the vocab-parallel
+    embedding (forward AR, or RS + AG in backward with SP) and one for the LM head (backward AR
+    of its input grad, or AG forward + RS backward with SP) (Megatron). SP stores the norm
+    outputs sharded, so backward all-gathers them again before the QKV and MLP weight gradients
+    (Calculon's seq_par_ag_redo); full recompute already re-runs those all-gathers. Exposed
+    unless tp_comm_overlap: Transformer Engine userbuffers (Megatron-Core tp_comm_overlap, SP
+    only) split each all-gather / reduce-scatter into tp chunks pipelined against the GEMM it
+    feeds or drains (forward: QKV, out-proj, FC1, FC2; backward: dgrad/wgrad, 2x the forward
+    GEMM time); exposed is what the GEMMs cannot cover, and at least one chunk (1/tp), the
+    pipeline's fill (TE userbuffers ring-exchange design)."""
+    col, st, rc = _COL, stages, recompute
+    act_bytes = tokens * model.hidden_size * 2
+    tp_group = Group(cluster, tp, 1)
+    ar = all_reduce_time(tp_group, act_bytes)
+    agrs = all_gather_time(tp_group, act_bytes) + reduce_scatter_time(tp_group, act_bytes)
+    tp_one = np.where(sp, agrs, ar)
+    ag_redo = np.where(sp & (rc != 2), 2 * all_gather_time(tp_group, act_bytes), 0.0)
+    tp_per_layer = tp_one * (4 + 2 * (rc == 2)) + ag_redo
+    if tp_comm_overlap:
+        def exposed(comm_s: np.ndarray, gemm_s: np.ndarray) -> np.ndarray:
+            return np.maximum(comm_s / tp, comm_s - gemm_s)
+
+        def overlapped(gemm_fwd: np.ndarray) -> np.ndarray:
+            fwd_x = exposed(2 * tp_one, gemm_fwd)
+            return fwd_x * (1 + (rc == 2)) + exposed(2 * tp_one + ag_redo, 2 * gemm_fwd)
+
+        on = sp & (tp > 1)
+        tp_dense = np.where(on, overlapped(dense_gemm), tp_per_layer)
+        tp_moe = np.where(on, overlapped(moe_gemm), tp_per_layer) if model.is_moe else tp_dense
+    else:
+        tp_dense = tp_moe = tp_per_layer
+    tp_mb = (
+        st["n_dense"] * tp_dense[col]
+        + st["n_moe"] * tp_moe[col]
+        + (st["emb"] + st["head"]) * tp_one[col]
+    )
+    return tp_mb, tp_one
+
+
+def cp_stage_time(cluster: ClusterSpec, model, layers, tokens, tp, cp, recompute,  # noqa: ANN001, ANN201
+                  attention_s, attention_backward_factor: float):
+    """CP seconds per micro-batch of each stage: ring exchange of K and V blocks, (cp-1) sends in
+    forward, K,V and dK,dV in backward, overlapped with the attention core where it is longer
+    (Transformer Engine's ring attention). K, V heads split over TP (replicated once tp > kv
+    heads); MLA's latent is not split."""
+    rc = recompute
+    kv_w = (
+        ((model.kv_lora_rank or 0) + (model.qk_rope_head_dim or 0))
+        if model.is_mla
+        else 2 * model.kv_heads * model.head_size
+    )
+    kv_bytes = tokens * kv_w * 2 / (1.0 if model.is_mla else np.minimum(tp, model.kv_heads))
+    cp_cross = Group(cluster, cp, tp).crosses
+    cp_send = p2p_time(cluster, kv_bytes, cp_cross) * (cp - 1)
+    cp_fwd = np.maximum(cp_send - attention_s, 0.0)
+    cp_bwd = np.maximum(2 * cp_send - attention_backward_factor * attention_s, 0.0)
+    cp_layer = np.where(cp > 1, cp_fwd * (1 + (rc == 2)) + cp_bwd, 0.0)
+    return layers * cp_layer[_COL]
+
+
+def all_to_all_bytes(model, tokens, tp, sp):  # noqa: ANN001, ANN201
+    """Bytes each rank sends in one MoE dispatch (or combine): its tokens' k routed copies
+    (divided over TP with SP) (Megatron alltoall dispatcher); 0 for dense models."""
+    if not model.is_moe:
+        return np.zeros(np.shape(tokens))
+    return tokens * model.num_experts_per_tok * model.hidden_size * 2 / np.where(sp, tp, 1.0)
+
+
+def ep_stage_time(cluster: ClusterSpec, model, n_moe, a2a_bytes, tp, ep, recompute):  # noqa: ANN001, ANN201
+    """EP seconds per micro-batch of each stage: all-to-all dispatch + combine in forward and
+    backward (+ forward again under full recompute) on every MoE layer; exposed."""
+    if not model.is_moe:
+        return np.zeros(np.shape(n_moe))
+    a2a = all_to_all_time(Group(cluster, ep, tp), a2a_bytes)
+    return n_moe * (a2a * (4 + 2 * (recompute == 2)))[_COL]
+
+
+def pp_p2p_time(cluster: ClusterSpec, model, tokens, tp, pp, dp, cp, vpp, sp, m,  # noqa: ANN001, ANN201
+                stage_mb_s, p2p_overlap: bool = True):
+    """Pipeline send/receive seconds per step, per layout: 2 sends per micro-batch chunk and per
+    fill/drain hop. Interleaved 1F1B with overlap_p2p_comm runs the steady-state sends behind
+    the next chunk's compute (a chunk = 1/vpp of the stage's micro-batch time, stage_mb_s);
+    the pp - 1 fill and drain hops stay exposed. Plain 1F1B / GPipe block on every send
+    (Megatron-Core)."""
+    p2p_bytes = tokens * model.hidden_size * 2 / np.where(sp, tp, 1.0)
+    pp_cross = Group(cluster, pp, tp * cp * dp).crosses
+    p2p_one = p2p_time(cluster, p2p_bytes, pp_cross)
+    chunk_s = stage_mb_s / vpp
+    p2p_hidden = 2 * (pp - 1) * p2p_one + 2 * m * vpp * np.maximum(p2p_one - chunk_s, 0.0)
+    p2p_blocking = 2 * (m * vpp + pp - 1) * p2p_one
+    return np.where(pp > 1, np.where(p2p_overlap & (vpp > 1), p2p_hidden, p2p_blocking), 0.0)
+
+
+def dp_traffic_time(group: Group, params, zero, grad_bytes, unit_bytes):  # noqa: ANN001, ANN201
+    """(per-step, per-micro-batch) seconds of the data-parallel traffic for `params` local
+    parameters: ZeRO 0 all-reduces the gradients, 1 reduce-scatters them, 1-2 all-gather the
+    updated parameters, 2 reduce-scatters per micro-batch, 3 gathers each unit (one layer's
+    16-bit params, `unit_bytes`) in forward and backward and reduce-scatters its gradients."""
+    bucket = np.maximum(DP_BUCKET_ELEMENTS, 1e6 * group.size)
+    calls = np.maximum(np.ceil(params / bucket), 1.0)
+    elems = np.minimum(params, bucket)
+    msg_grad, msg_param = elems * grad_bytes, elems * 2.0
+    per_step = np.where(zero == 0, all_reduce_time(group, msg_grad, calls), 0.0)
+    z1 = zero == 1
+    if z1.any():
+        per_step = per_step + np.where(z1, reduce_scatter_time(group, msg_grad, calls), 0.0)
+    ag = all_gather_time(group, msg_param, calls)
+    per_step = per_step + np.where((zero == 1) | (zero == 2), ag, 0.0)
+    per_mb = np.where(zero == 2, reduce_scatter_time(group, msg_grad, calls), 0.0)
+    z3 = zero == 3
+    if z3.any():
+        unit = unit_bytes
+        unit_calls = np.maximum(np.ceil(params * 2.0 / np.maximum(unit, 1.0)), 1.0)
+        t_unit = all_gather_time(group, np.minimum(unit, params * 2.0), unit_calls)
+        per_mb = per_mb + np.where(z3, 3 * t_unit, 0.0)  # AG fwd + AG bwd + RS grads
+    return per_step, per_mb
+
+
+def dp_exposed_time(per_step, per_mb, m, zero, forward_s, recompute_s, backward_s,  # noqa: ANN001, ANN201
+                    dp_overlap: float, grad_overlap: bool = True):
+    """Seconds per step of DP traffic left exposed. What can hide: per-step reductions behind the
+    last micro-batch's backward (and the distributed optimizer's param all-gather behind the
+    next forward: Megatron overlap_grad_reduce / overlap_param_gather); per-micro-batch
+    traffic behind all of them; at most the profile's dp_overlap fraction of it."""
+    window = np.select(
+        [zero <= 0, zero == 1],
+        [backward_s, backward_s + forward_s + recompute_s],
+        default=m * (forward_s + recompute_s + backward_s),
+    )
+    dp_total = per_step + m * per_mb
+    if not grad_overlap:
+        return dp_total
+    return np.maximum((1 - dp_overlap) * dp_total, dp_total - window)

@@ -248,3 +248,80 @@ def recompute_flops_per_step(model: ModelSpec, seq_len: int, global_batch: int, 
     full = model.forward_flops_per_token(seq_len, causal=False) * tokens - head
     recompute = np.asarray(recompute)
     return np.select([recompute == 1, recompute == 2], [attn, full], default=0.0)
+
+
+# ---- per-stage terms (arrays of shape (layouts, candidate stages); see batch.py) -------------
+ADAM_BYTES_PER_PARAM = (
+    30.0  # read fp32 master, m, v, grad (16 B); write master, m, v (12) + bf16 param (2)
+)
+_COL = (slice(None), None)  # broadcast a per-layout (N,) array against (N, C) stage arrays
+
+
+def embedding_forward_time(model: ModelSpec, gpu: GpuProfile, tokens):  # noqa: ANN001, ANN201
+    """Forward seconds of the embedding lookup per micro-batch: read + write 2-byte rows."""
+    return tokens * model.hidden_size * 2 * 2 / gpu.hbm_bytes_per_s
+
+
+@dataclass(frozen=True)
+class StageCompute:
+    """Per-micro-batch compute seconds of each candidate stage, (layouts, stages) arrays."""
+
+    forward: np.ndarray  # its layers, embedding and LM head, forward
+    backward: np.ndarray
+    recompute: np.ndarray  # forward work re-run in backward (selective: attention; full: layers)
+    attention: np.ndarray  # attention core forward of its layers
+    total: np.ndarray  # forward + backward + recompute + launch overhead + exposed offload
+
+
+def offload_exposed_time(gpu: GpuProfile, t: LayerTimes, copy_bytes, attention_kind: str):  # noqa: ANN001, ANN201
+    """Seconds per layer and micro-batch that activation offload adds: the layer's activations
+    go to host memory in forward and come back in backward over the host link, behind that
+    layer's compute where they are shorter."""
+    copy = copy_bytes / (gpu.host_link_gb_per_s * 1e9)
+    layer_bwd = backward_time(t.total, t.attention, attention_kind)
+    return np.maximum(copy - t.total, 0.0) + np.maximum(copy - layer_bwd, 0.0)
+
+
+def stage_compute_time(
+    gpu: GpuProfile,
+    stages,  # noqa: ANN001 - mapping of StageFeatures fields to (N, C) arrays
+    dense: LayerTimes,
+    moe: LayerTimes,
+    head_s,  # noqa: ANN001
+    emb_s,  # noqa: ANN001
+    recompute,  # noqa: ANN001
+    attention_kind: str,
+    offload_bytes=None,  # noqa: ANN001 - (dense, moe) bytes one layer copies out, per layout
+) -> StageCompute:
+    """Compute seconds per micro-batch of each stage from its layer counts: forward, backward
+    (backward_time), recomputation and the per-layer host launch time (profile.
+    layer_overhead_us, fitted by calibrate; 0 in the stock profiles: forward 1 pass, backward 2,
+    full recompute 1 more); with offload (recompute code 3) the copies the layers cannot hide."""
+    col, st, rc = _COL, stages, recompute
+    fwd = (
+        st["n_dense"] * dense.total[col]
+        + st["n_moe"] * moe.total[col]
+        + st["head"] * head_s[col]
+        + st["emb"] * emb_s[col]
+    )
+    layers = st["n_dense"] + st["n_moe"]
+    attn_core = st["n_dense"] * dense.attention[col] + st["n_moe"] * moe.attention[col]
+    layer_fwd = st["n_dense"] * dense.total[col] + st["n_moe"] * moe.total[col]
+    recomp = np.where((rc == 1)[col], attn_core, 0.0) + np.where((rc == 2)[col], layer_fwd, 0.0)
+    bwd = backward_time(fwd, attn_core, attention_kind)
+    passes = 3.0 + (rc == 2)
+    total = fwd + bwd + recomp + layers * (gpu.layer_overhead_us * 1e-6 * passes)[col]
+    if offload_bytes is not None and gpu.host_link_gb_per_s is not None and (rc == 3).any():
+        off = (st["n_dense"] * offload_exposed_time(gpu, dense, offload_bytes[0],
+                                                    attention_kind)[col]
+               + st["n_moe"] * offload_exposed_time(gpu, moe, offload_bytes[1],
+                                                    attention_kind)[col])
+        total = total + np.where((rc == 3)[col], off, 0.0)
+    return StageCompute(forward=fwd, backward=bwd, recompute=recomp, attention=attn_core,
+                        total=total)
+
+
+def optimizer_time(gpu: GpuProfile, local_params):  # noqa: ANN001, ANN201
+    """Seconds of the Adam step over `local_params` parameters at HBM bandwidth, plus the
+    profile's per-step overhead (folded here so the time_* columns add up to the step)."""
+    return local_params * ADAM_BYTES_PER_PARAM / gpu.hbm_bytes_per_s + gpu.step_overhead_s

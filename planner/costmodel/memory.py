@@ -312,3 +312,100 @@ def runtime_extra_bytes(software: str, tp, pp, end_stage):  # noqa: ANN001, ANN2
     tied = np.where((pp > 1) & (end_stage > 0), NCCL_PAIR_COMM_BYTES, 0.0)
     comms = _comm_bytes(pp) + tied + _comm_bytes(tp * pp)
     return EAGER_CUDA_CONTEXT_EXTRA_GIB * 2**30 + comms
+
+
+# ---- per-stage memory terms (arrays of shape (layouts, candidate stages); see batch.py) -------
+# Activation offload keeps two layers' activations of one micro-batch on the GPU: the one being
+# copied out (in) while the next computes (Transformer Engine's CPU offload context double-
+# buffers one layer ahead; Megatron-Core cpu_offloading).
+OFFLOAD_RESIDENT_LAYERS = 2
+_COL = (slice(None), None)  # broadcast a per-layout (N,) array against (N, C) stage arrays
+
+
+@dataclass(frozen=True)
+class StageState:
+    """Parameters and model-state bytes of one GPU of each stage, (layouts, stages) arrays."""
+
+    p_dense: np.ndarray  # non-expert parameters on one GPU (after TP)
+    p_expert: np.ndarray  # routed-expert parameters on one GPU (after EP x TP)
+    d_dense: np.ndarray  # (layouts,) ZeRO / distributed-optimizer group: dp x cp
+    d_expert: np.ndarray  # (layouts,) expert-data-parallel group: dp x cp / ep
+    weights: np.ndarray  # bytes
+    grads: np.ndarray  # bytes
+    optimizer: np.ndarray  # bytes
+    unit: np.ndarray  # one layer's 16-bit params on one GPU, the FSDP / ZeRO-3 unit, bytes
+
+
+def stage_state(stages, tp, dp, cp, ep, zero, grad_dtype: str = "auto") -> StageState:  # noqa: ANN001
+    """Weights, gradients and optimizer state of each stage's GPU (param_state_arrays on its
+    local parameters; experts sharded over ep as well)."""
+    col, st = _COL, stages
+    p_dense = st["p_dense"] / tp[col]
+    p_exp = st["p_expert"] / (ep * tp)[col]
+    d_dense = dp * cp
+    d_exp = np.maximum(dp * cp / ep, 1.0)
+    wd, gd, od = param_state_arrays(zero, d_dense, grad_dtype)
+    we, ge, oe = param_state_arrays(zero, d_exp, grad_dtype)
+    unit = (st["max_layer_params"] + st["max_layer_experts"] / ep[col]) / tp[col] * 2.0
+    return StageState(
+        p_dense=p_dense, p_expert=p_exp, d_dense=d_dense, d_expert=d_exp,
+        weights=p_dense * wd[col] + p_exp * we[col],
+        grads=p_dense * gd[col] + p_exp * ge[col],
+        optimizer=p_dense * od[col] + p_exp * oe[col],
+        unit=unit,
+    )
+
+
+def stage_activation_bytes(model: ModelSpec, stages, tokens, tp, sp, recompute, flight,  # noqa: ANN001, ANN201
+                           per_token, full_per_token):
+    """Activation bytes of one GPU of each stage at its peak: `flight` micro-batches of its
+    layers (per_token = (dense, moe) activation_per_token), the embedding's input ids on the
+    first stage, the LM head's input and fp32 logits on the last, and the working set full
+    recompute (one layer of one micro-batch) or offload (OFFLOAD_RESIDENT_LAYERS) rebuilds
+    (full_per_token = (dense, moe) full_layer_activation_per_token)."""
+    col, st, rc = _COL, stages, recompute
+    act_d, act_m = per_token
+    full_d, full_m = full_per_token
+    layers = st["n_dense"] + st["n_moe"]
+    per_mb_layers = tokens[col] * (st["n_dense"] * act_d[col] + st["n_moe"] * act_m[col])
+    rep_div = np.where(sp, tp, 1.0)
+    h, voc = model.hidden_size, model.vocab_size
+    emb_extra = tokens * (INPUT_ID_BYTES + (h if uses_dropout(model) else 0) / rep_div)
+    head_extra = tokens * (2 * 2 * h / rep_div + LOGIT_BYTES * voc / tp)
+    resident = np.select([rc == 2, rc == 3], [1.0, OFFLOAD_RESIDENT_LAYERS], default=0.0)
+    working = resident * tokens * np.maximum(full_d, full_m)
+    return (
+        per_mb_layers * flight
+        + st["emb"] * (emb_extra[col] * flight)
+        + st["head"] * head_extra[col]
+        + np.where(layers > 0, working[col], 0.0)
+    )
+
+
+def stage_other_bytes(model: ModelSpec, software: str, grad_dtype: str, stages, state: StageState,  # noqa: ANN001, ANN201, E501
+                      tokens, tp, pp, ep, zero, a2a_bytes, activations):
+    """Temporary buffers of one GPU of each stage: the largest collective's (the SP all-gather
+    output, or the all-to-all send + receive), ZeRO-2/3 unsharded units (nothing gathered on a
+    DP group of one rank), the step's fp32 gradient shard (step_grad_bytes) and, for
+    software "deepspeed-2022", the fp32 copy of the largest gradient and the reduce bucket
+    (recipe_buffers), the eager CUDA context and extra NCCL communicators
+    (runtime_extra_bytes). Buffers that exist only after the backward count beyond the
+    activations they replace: peak = max(activations + backward buffers, after-backward)."""
+    col, st = _COL, stages
+    h = model.hidden_size
+    tp_buf = np.where(tp > 1, tokens * h * 2, 0.0)  # SP all-gather output (one b s h tensor)
+    ep_buf = np.where(ep > 1, 2 * a2a_bytes, 0.0)  # all-to-all send + receive
+    coll = np.maximum(tp_buf, ep_buf)
+    unit_c = np.where((state.d_dense > 1)[col], state.unit, 0.0)
+    z = zero[col]
+    zero_units = np.select([z == 2, z == 3], [unit_c, ZERO3_LIVE_UNITS * unit_c], default=0.0)
+    end_stage = st["emb"] + st["head"]
+    grad_elems = largest_grad_elements(model, end_stage) / tp[col]
+    during, after = recipe_buffers(software, grad_dtype, grad_elems,
+                                   state.p_dense + state.p_expert)
+    step_grads = (state.p_dense * step_grad_bytes(state.d_dense, grad_dtype)[col]
+                  + state.p_expert * step_grad_bytes(state.d_expert, grad_dtype)[col])
+    after = np.maximum(after, step_grads)  # the step's fp32 shard comes after the reduction
+    backward_other = coll[col] + zero_units + during
+    return np.maximum(backward_other, after - activations) + runtime_extra_bytes(
+        software, tp[col], pp[col], end_stage)
