@@ -31,10 +31,13 @@ class Plan:
     layout: Layout
     estimate: Estimate
     rank: int = 0
+    run: Any = None  # planner.operations.RunCosts when the user gave --train-tokens
 
     def row(self) -> dict[str, Any]:
         """The plan columns, in contract order, plus any extra columns the estimate carries."""
         values = {**self.layout.as_dict(), **self.estimate.columns(), "rank": self.rank}
         row = {c: values[c] for c in PLAN_COLUMNS}
         row.update({k: v for k, v in values.items() if k not in row})
+        if self.run is not None:  # appended after the other columns (contract)
+            row.update(self.run.columns())
         return row

@@ -128,6 +128,11 @@ def print_plans_table(plans: Sequence[Plan], console: Console, title: str | None
             f"{e.peak_mem_gb:.1f}/{e.mem_capacity_gb:.1f}", "yes" if e.fits else "no",
             f"{e.time_pp_bubble_s / e.step_time_s:.1%}" if e.step_time_s else "-", f"{comm:.3f}",
         ))
+    if any(p.run is not None for p in plans):  # --train-tokens: days and cost of the run
+        headers += [("days", "right"), ("GPU-h (M)", "right"), ("$M", "right")]
+        rows = [(*r, *((f"{p.run.train_days:,.1f}", f"{p.run.gpu_hours / 1e6:,.3f}",
+                        f"{p.run.cost_usd / 1e6:,.2f}") if p.run is not None else ("-",) * 3))
+                for r, p in zip(rows, plans, strict=True)]
     table = Table(title=title, show_lines=False)
     for i, (name, justify) in enumerate(headers):
         width = max([len(name), *(len(r[i]) for r in rows)])
@@ -185,3 +190,28 @@ def print_estimate(plan: Plan, console: Console) -> None:
     )
     for line in e.overflow:
         console.print(f"[red]overflow:[/] {line}")
+
+
+def run_note_lines(plan: Plan, inputs: Any, ref_lr: float | None,
+                   ref_batch: float | None) -> list[str]:
+    """The training run of a plan (planner.operations) and the LR advice for its global batch,
+    as lines; empty when neither was asked for."""
+    from planner import operations
+
+    lines: list[str] = []
+    if plan.run is not None and inputs is not None:
+        lines.append(f"training run of {plan.layout} on {inputs.train_tokens:.4g} tokens:")
+        lines += [f"  {s}" for s in operations.run_summary(plan.run, inputs)]
+    if ref_lr is not None and ref_batch is not None:
+        e = plan.estimate
+        steps = plan.run.steps if plan.run is not None else None
+        adv = operations.lr_advice(ref_lr, ref_batch, e.global_batch, steps, e.seq_len)
+        lines += operations.lr_lines(adv, ref_lr, ref_batch, e.global_batch)
+    return lines
+
+
+def print_run_notes(plan: Plan, inputs: Any, ref_lr: float | None, ref_batch: float | None,
+                    console: Console) -> None:
+    """Print run_note_lines (markup off: the lines hold brackets and dollar signs)."""
+    for line in run_note_lines(plan, inputs, ref_lr, ref_batch):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -23,24 +23,34 @@ from planner.cli.options import (
     DpOpt,
     EpOpt,
     GlobalBatchOpt,
+    GpuHourPriceOpt,
     GradDtypeChoice,
     GradDtypeOpt,
     JsonOpt,
     MbsOpt,
     ModelOpt,
+    MtbfOpt,
     P2pOverlapOpt,
     PpOpt,
     PrecisionChoice,
     PrecisionOpt,
     ProfileOpt,
+    PueOpt,
     RecomputeOpt,
+    RefBatchOpt,
+    RefLrOpt,
     SeqLenOpt,
     SpOpt,
+    StorageOpt,
     TpOpt,
+    TrainTokensOpt,
     TpOverlapOpt,
     VppOpt,
     ZeroOpt,
+    check_lr_options,
     load_inputs,
+    run_inputs,
+    with_runs,
 )
 from planner.cli.typer_app import app
 from planner.errors import LayoutError
@@ -81,6 +91,13 @@ def estimate_cmd(
     profile: ProfileOpt = None,
     csv: CsvOpt = None,
     as_json: JsonOpt = False,
+    train_tokens: TrainTokensOpt = None,
+    gpu_hour_price: GpuHourPriceOpt = None,
+    pue: PueOpt = None,
+    mtbf_hours: MtbfOpt = None,
+    storage_gb_per_s: StorageOpt = None,
+    ref_lr: RefLrOpt = None,
+    ref_batch: RefBatchOpt = None,
 ) -> None:
     """Predict one layout (help text: ESTIMATE_HELP)."""
     from planner.costmodel import estimate
@@ -93,6 +110,8 @@ def estimate_cmd(
         model, cluster, profile, seq_len, global_batch, precision, attention, grad_dtype,
         tp_comm_overlap, p2p_overlap,
     )
+    run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
+    check_lr_options(ref_lr, ref_batch)
     cp = cp or 1
     if dp is None:
         n = cluster_spec.num_gpus
@@ -115,6 +134,7 @@ def estimate_cmd(
         sp=(tp > 1) if sp is None else sp,
     )
     plan = Plan(layout=layout, estimate=estimate(model_spec, cluster_spec, job, layout))
+    plan = with_runs([plan], model_spec, cluster_spec, run_in)[0]
     from planner import report
 
     if csv is not None:
@@ -130,5 +150,6 @@ def estimate_cmd(
         f"{report.job_label(cluster_spec.gpu, job)}"
     )
     report.print_estimate(plan, console)
+    report.print_run_notes(plan, run_in, ref_lr, ref_batch, console)
     if csv is not None:
         console.print(f"wrote {csv}")

@@ -27,25 +27,35 @@ from planner.cli.options import (
     DpOpt,
     EpOpt,
     GlobalBatchOpt,
+    GpuHourPriceOpt,
     GradDtypeChoice,
     GradDtypeOpt,
     JsonOpt,
     MbsOpt,
     ModelOpt,
+    MtbfOpt,
     P2pOverlapOpt,
     PpOpt,
     PrecisionChoice,
     PrecisionOpt,
     ProfileOpt,
+    PueOpt,
     RecomputeOpt,
+    RefBatchOpt,
+    RefLrOpt,
     SeqLenOpt,
     SpOpt,
+    StorageOpt,
     TpOpt,
+    TrainTokensOpt,
     TpOverlapOpt,
     VppOpt,
     ZeroOpt,
+    check_lr_options,
     layout_pins,
     load_inputs,
+    run_inputs,
+    with_runs,
 )
 from planner.cli.typer_app import app
 
@@ -93,6 +103,13 @@ def solve_cmd(
     top: TopOpt = 10,
     csv: CsvOpt = None,
     as_json: JsonOpt = False,
+    train_tokens: TrainTokensOpt = None,
+    gpu_hour_price: GpuHourPriceOpt = None,
+    pue: PueOpt = None,
+    mtbf_hours: MtbfOpt = None,
+    storage_gb_per_s: StorageOpt = None,
+    ref_lr: RefLrOpt = None,
+    ref_batch: RefBatchOpt = None,
     calibrate: CalibrateOpt = None,
     runs: RunsOpt = Path("runs.jsonl"),
     profile_out: ProfileOutOpt = None,
@@ -107,6 +124,8 @@ def solve_cmd(
     pins = layout_pins(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp
     )
+    run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
+    check_lr_options(ref_lr, ref_batch)
     loop = None
     if calibrate is not None:
         from planner.calibrate import closed_loop
@@ -116,6 +135,7 @@ def solve_cmd(
         plans = loop.plans_after
     else:
         plans = solve(model_spec, cluster_spec, job, pins, top_k=top)
+    plans = with_runs(plans, model_spec, cluster_spec, run_in)
     from planner import report
 
     if csv is not None:
@@ -133,6 +153,8 @@ def solve_cmd(
         + (f"; pinned {pinned}" if pinned else "")
     )
     report.print_plans_table(plans, console, title=title)
+    if plans:
+        report.print_run_notes(plans[0], run_in, ref_lr, ref_batch, console)
     from planner.calibrate.bands import plans_indistinguishable
 
     tied = plans_indistinguishable(plans)

@@ -110,6 +110,11 @@ class GpuProfile(BaseModel):
         description="As attention_efficiency, for cuDNN / FlashAttention-3 class kernels "
         "(JobSpec.attention='cudnn'); None: attention_efficiency.",
     )
+    tdp_w: PositiveFloat | None = Field(
+        default=None,
+        description="Board power (TDP / max TGP) per GPU, W: the energy of a training run is "
+        "GPUs x this x hours x PUE (planner.operations); None: energy is not reported.",
+    )
     host_link_gb_per_s: PositiveFloat | None = Field(
         default=None,
         description="GPU <-> host memory bandwidth per direction, GB/s, for activation offload "
