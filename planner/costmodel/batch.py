@@ -39,7 +39,9 @@ LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute"
 _STAGE_CACHE: dict[tuple[int, int, int], tuple[ModelSpec, pipeline.StageFeatures]] = {}
 
 
-def _features(model: ModelSpec, pp: int, vpp: int) -> pipeline.StageFeatures:
+def _features(model: ModelSpec, pp: int, vpp: int, prune: bool = True) -> pipeline.StageFeatures:
+    if not prune:  # every stage (figures, explain): not cached, one layout at a time
+        return pipeline.stage_features(model, pp, vpp, prune=False)
     key = (id(model), pp, vpp)
     hit = _STAGE_CACHE.get(key)
     if hit is not None and hit[0] is model:
@@ -85,13 +87,14 @@ def layout_arrays(layouts: Sequence[Layout] | Mapping[str, Any]) -> dict[str, np
     return out
 
 
-def _gather_stages(model: ModelSpec, pp: np.ndarray, vpp: np.ndarray) -> dict[str, np.ndarray]:
+def _gather_stages(model: ModelSpec, pp: np.ndarray, vpp: np.ndarray,
+                   prune: bool = True) -> dict[str, np.ndarray]:
     """(N, C) arrays of candidate-stage features, padded by repeating a layout's first candidate."""
     code = pp.astype(np.int64) * 1024 + vpp.astype(np.int64)  # vpp < 1024 (checked: vpp | layers)
     present = np.flatnonzero(np.bincount(code))
     lookup = np.zeros(present[-1] + 1, dtype=np.int64)
     lookup[present] = np.arange(len(present))
-    feats = [_features(model, int(c // 1024), int(c % 1024)) for c in present]
+    feats = [_features(model, int(c // 1024), int(c % 1024), prune) for c in present]
     width = max(len(f.index) for f in feats)
     names = list(pipeline.StageFeatures.__dataclass_fields__)
     table = np.empty((len(names), len(feats), width))
@@ -109,21 +112,32 @@ def estimate_batch(
     cluster: ClusterSpec,
     job: JobSpec,
     layouts: Sequence[Layout] | Mapping[str, Any],
+    all_stages: bool = False,
 ) -> dict[str, np.ndarray]:
     """Plan columns (numeric, non-layout) for each layout, as numpy arrays of equal length.
 
     Layouts must be structurally valid (checks.layout_violations empty); invalid ones give
     finite but meaningless numbers. Extra keys: step_time_low_s, step_time_high_s,
     peak_stage (pipeline stage of the most loaded GPU), slow_stage, in_flight, model_flops,
-    hw_flops."""
+    hw_flops; the slowest stage's per-micro-batch pass times fwd_mb_s, bwd_mb_s, recompute_mb_s,
+    stage_mb_s (all of its per-micro-batch time, comm included) and one p2p_send_s. all_stages:
+    also (N, pp) arrays stages_index, stages_mem_{weights,grads,optimizer,activations,other}_gb
+    for every stage (figures)."""
     lo = layout_arrays(layouts)
     if len(lo["tp"]) == 0:  # the columns, with no rows
         return {k: v[:0] for k, v in estimate_batch(model, cluster, job, [Layout()]).items()}
-    st = _gather_stages(model, lo["pp"], lo["vpp"])  # (N, C) candidate stages
+    st = _gather_stages(model, lo["pp"], lo["vpp"], prune=not all_stages)  # (N, C) stages
     x = _Knobs.of(lo, job)
     t = _stage_times(model, cluster, job, x, st)
     mem = _stage_memory(model, cluster, job, x, st, t)
-    return _assemble(model, cluster, job, x, st, t, mem)
+    out = _assemble(model, cluster, job, x, st, t, mem)
+    if all_stages:
+        s = mem.state
+        out |= {"stages_index": st["index"]} | {
+            f"stages_mem_{k}_gb": v / GIB for k, v in (
+                ("weights", s.weights), ("grads", s.grads), ("optimizer", s.optimizer),
+                ("activations", mem.activations), ("other", mem.other))}
+    return out
 
 
 @dataclass(frozen=True)
@@ -312,6 +326,12 @@ def _assemble(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs,
         "in_flight": at(mem.flight, peak_stage),
         "model_flops": np.full(n_layouts, model_flops),
         "hw_flops": hw_flops,
+        "fwd_mb_s": at(t.compute.forward, slow),
+        "bwd_mb_s": at(t.compute.backward, slow),
+        "recompute_mb_s": at(t.compute.recompute, slow),
+        "stage_mb_s": slow_mb,
+        "p2p_send_s": np.where(x.pp > 1, comm.pp_send_time(cluster, model, x.tokens, x.tp, x.pp,
+                                                           x.dp, x.cp, x.sp), 0.0),
     }
 
 

@@ -65,8 +65,9 @@ def stage_layers(num_layers: int, pp: int, vpp: int) -> list[list[int]]:
     return stages
 
 
-def stage_features(model: ModelSpec, pp: int, vpp: int) -> StageFeatures:
-    """Candidate (non-dominated) stages of the (pp, vpp) split with their counts."""
+def stage_features(model: ModelSpec, pp: int, vpp: int, prune: bool = True) -> StageFeatures:
+    """Candidate (non-dominated) stages of the (pp, vpp) split with their counts (every stage
+    when prune is False: the per-stage memory figure)."""
     moe_flags = [model.is_moe_layer(i) for i in range(model.num_hidden_layers)]
     expert_params = model.num_experts * model.mlp_params(model.expert_ffn) if model.is_moe else 0
     rows = []
@@ -98,7 +99,7 @@ def stage_features(model: ModelSpec, pp: int, vpp: int) -> StageFeatures:
         dominated = any(
             all(rj >= ri for rj, ri in zip(rows[j][1:], row[1:], strict=True)) for j in range(i)
         )
-        if not dominated:
+        if not dominated or not prune:
             keep.append(row)
     cols = list(zip(*keep, strict=True))
     return StageFeatures(*(np.asarray(c, dtype=float) for c in cols))
@@ -142,3 +143,96 @@ def bubble_slots(pp, vpp, m):  # noqa: ANN001, ANN201
     to the formula above at m = pp)."""
     pp, vpp, m = (np.asarray(x, dtype=float) for x in (pp, vpp, m))
     return np.maximum(pp - m, 0.0) + (np.minimum(m, pp) - 1) / vpp
+
+
+# ---- the schedule itself: order of passes per stage, and its timeline ------------------------
+# bubble_slots and in_flight above are this schedule's closed forms (tests/unit/
+# test_pipeline_schedule.py checks them against simulate() for every small pp, vpp, m); the
+# Gantt chart (planner.figures) draws simulate() with the estimate's per-pass times.
+
+@dataclass(frozen=True)
+class Pass:
+    """One forward ("F") or backward ("B") pass of a micro-batch through one model chunk."""
+
+    kind: str  # "F" or "B"
+    microbatch: int
+    chunk: int  # model chunk on this stage (0 .. vpp-1); virtual stage = chunk * pp + stage
+
+
+def schedule_order(pp: int, vpp: int, m: int, schedule: Schedule = "1f1b") -> list[list[Pass]]:
+    """The passes each stage runs, in order. 1F1B (Narayanan 2021 sec. 2.2.1): stage s warms up
+    with pp - s - 1 forwards, alternates one forward and one backward, then drains. Interleaved
+    (vpp > 1, m a multiple of pp): Megatron-Core's order (schedules.py
+    forward_backward_pipelining_with_interleaving: micro-batches in groups of pp per chunk,
+    get_schedule_table; warmup 2 (pp - s - 1) + (vpp - 1) pp). GPipe: all forwards, then all
+    backwards."""
+    if vpp > 1 and m > pp and m % pp:
+        raise ValueError(f"interleaved schedule needs m <= pp or a multiple of pp: m={m}, pp={pp}")
+    table = [(g + i, c) for g in range(0, m, pp) for c in range(vpp)
+             for i in range(min(pp, m - g))]
+    out = []
+    for s in range(pp):
+        fwd = [Pass("F", mb, c) for mb, c in table]
+        bwd = [Pass("B", mb, vpp - 1 - c) for mb, c in table]
+        if schedule == "gpipe":
+            out.append(fwd + bwd)
+            continue
+        warm = (pp - s - 1) if vpp == 1 else 2 * (pp - s - 1) + (vpp - 1) * pp
+        warm = min(warm, len(fwd))
+        order = fwd[:warm]
+        for i in range(len(fwd) - warm):
+            order += [fwd[warm + i], bwd[i]]
+        out.append(order + bwd[len(fwd) - warm:])
+    return out
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One pass on the timeline: stage, pass, start and end (seconds)."""
+
+    stage: int
+    op: Pass
+    start: float
+    end: float
+
+
+def simulate(pp: int, vpp: int, m: int, fwd_s: float, bwd_s: float, send_s: float = 0.0,
+             schedule: Schedule = "1f1b", blocking_sends: bool = True) -> list[Slot]:
+    """Times schedule_order: each stage runs its passes in order, a pass starts when the stage
+    is free and its input has arrived (the previous virtual stage's forward, the next one's
+    backward, send_s later). fwd_s / bwd_s are one chunk's pass times; with blocking sends the
+    sender is busy for send_s after each pass that sends (plain 1F1B, Megatron without
+    overlap_p2p_comm)."""
+    order = schedule_order(pp, vpp, m, schedule)
+    last_v = pp * vpp - 1
+    done: dict[tuple[str, int, int], float] = {}  # (kind, mb, virtual stage) -> arrival time
+    free = [0.0] * pp
+    nxt = [0] * pp
+    slots: list[Slot] = []
+    remaining = sum(len(o) for o in order)
+    while remaining:
+        progressed = False
+        for s in range(pp):
+            while nxt[s] < len(order[s]):
+                op = order[s][nxt[s]]
+                v = op.chunk * pp + s
+                if op.kind == "F":
+                    dep = ("F", op.microbatch, v - 1) if v > 0 else None
+                else:
+                    dep = ("B", op.microbatch, v + 1) if v < last_v else ("F", op.microbatch, v)
+                if dep is not None and dep not in done:
+                    break
+                ready = done[dep] if dep is not None else 0.0
+                start = max(free[s], ready)
+                end = start + (fwd_s if op.kind == "F" else bwd_s)
+                sends = (op.kind == "F" and v < last_v) or (op.kind == "B" and v > 0)
+                hop = send_s if sends else 0.0
+                done[(op.kind, op.microbatch, v)] = end + hop if sends else end
+                free[s] = end + (hop if blocking_sends else 0.0)
+                slots.append(Slot(s, op, start, end))
+                nxt[s] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise ValueError(f"schedule deadlocks for pp={pp} vpp={vpp} m={m}")
+    return slots
