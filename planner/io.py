@@ -25,6 +25,22 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         raise
 
 
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` atomically (figures: PNG, SVG)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
     """Append one JSON object as a line; earlier lines are never rewritten."""
     path = Path(path)
