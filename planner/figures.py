@@ -59,7 +59,9 @@ def save(fig: Figure, path: str | Path) -> Path:
 def svg_text(fig: Figure) -> str:
     """The figure as an inline SVG document (no external references)."""
     buf = io.StringIO()
-    fig.savefig(buf, format="svg")
+    # no metadata: the SVG names no URL (matplotlib's creator line has one)
+    fig.savefig(buf, format="svg", metadata={"Creator": None, "Date": None, "Format": None,
+                                              "Type": None})
     text = buf.getvalue()
     return text[text.index("<svg"):]  # drop the XML prolog and DOCTYPE for inlining in HTML
 
@@ -111,29 +113,29 @@ def schedule_figure(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout
     row_of = {s: i for i, s in enumerate(shown)}
     for s in shown:
         ax.broken_barh([(0, end)], (row_of[s] - 0.4, 0.8), color=COLORS["bubble"], zorder=0)
+    bars: dict[tuple[int, str], list[tuple[float, float]]] = {}  # one collection per row, kind
+    rec = tl["recompute_s"]
     for sl in slots:
         if sl.stage not in row_of:
             continue
-        y = row_of[sl.stage] - 0.4
-        width = sl.end - sl.start
+        row, width = row_of[sl.stage], sl.end - sl.start
         if sl.op.kind == "F":
-            ax.broken_barh([(sl.start, width)], (y, 0.8), color=COLORS["F"], lw=0.2,
-                           edgecolor="white")
+            bars.setdefault((row, "F"), []).append((sl.start, width))
         else:
-            rec = tl["recompute_s"]
             if rec > 0:
-                ax.broken_barh([(sl.start, rec)], (y, 0.8), color=COLORS["R"], lw=0)
-            ax.broken_barh([(sl.start + rec, width - rec)], (y, 0.8), color=COLORS["B"],
-                           lw=0.2, edgecolor="white")
-        if tl["send_s"] > 0:
-            v = sl.op.chunk * pp + sl.stage
-            sends = (sl.op.kind == "F" and v < pp * tl["vpp"] - 1) or (sl.op.kind == "B" and v > 0)
-            if sends:
-                ax.broken_barh([(sl.end, tl["send_s"])], (y + 0.62, 0.18), color=COLORS["send"],
-                               lw=0)
+                bars.setdefault((row, "R"), []).append((sl.start, rec))
+            bars.setdefault((row, "B"), []).append((sl.start + rec, width - rec))
+        v = sl.op.chunk * pp + sl.stage
+        if tl["send_s"] > 0 and ((sl.op.kind == "F" and v < pp * tl["vpp"] - 1)
+                                 or (sl.op.kind == "B" and v > 0)):
+            bars.setdefault((row, "send"), []).append((sl.end, tl["send_s"]))
         if len(slots) <= 400 and width > end / 120:
-            ax.text(sl.start + width / 2, row_of[sl.stage], str(sl.op.microbatch), ha="center",
+            ax.text(sl.start + width / 2, row, str(sl.op.microbatch), ha="center",
                     va="center", fontsize=6, color="white")
+    for (row, kind), xr in bars.items():
+        y, h = (row + 0.22, 0.18) if kind == "send" else (row - 0.4, 0.8)
+        ax.broken_barh(xr, (y, h), color=COLORS[kind], lw=0.2 if kind in "FB" else 0,
+                       edgecolor="white")
     ax.set_yticks(range(len(shown)), [f"stage {s}" for s in shown])
     ax.invert_yaxis()
     ax.set_xlim(0, end)
@@ -175,7 +177,7 @@ def memory_figure(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: 
     """Stacked bars of each stage's memory terms against the usable capacity and the HBM."""
     mem = stage_memory(model, cluster, job, layout)
     stages = mem["stage"]
-    fig = _figure(min(11, 3 + 0.45 * len(stages)), 4.2)
+    fig = _figure(min(11, 5 + 0.4 * len(stages)), 4.2)
     ax = fig.add_subplot()
     bottom = [0.0] * len(stages)
     for key, color in MEM_COLORS.items():
@@ -188,7 +190,7 @@ def memory_figure(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: 
     ax.set_xlabel("pipeline stage")
     ax.set_ylabel("GiB per GPU")
     ax.set_xticks(stages)
-    ax.set_title(f"{layout}: memory per stage (peak {max(bottom):.1f} GiB on stage "
+    ax.set_title(f"{layout}\nmemory per stage (peak {max(bottom):.1f} GiB on stage "
                  f"{stages[bottom.index(max(bottom))]})", fontsize=9)
     fig.legend(fontsize=7, ncol=4, loc="outside lower center", frameon=False)
     return fig

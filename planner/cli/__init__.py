@@ -6,6 +6,8 @@
     planner clusters
     planner validate --model llama2-7b --tp 2 --pp 1 --dp 2 --steps 5 --out runs.jsonl
     planner calibrate --runs runs.jsonl --profile H100 --out h100-fitted.yaml
+    planner explain --model llama70b --cluster 128xA100 --rank 1
+    planner report --html plans.html --model llama70b --cluster 128xA100
 
 Each command lives in its own module and only parses, calls the library and formats. Errors a
 user causes (planner.errors.PlannerError) are printed as one line on stderr with exit code 2
@@ -31,6 +33,8 @@ COMMANDS = {
     "validate": "planner.cli.validate",
     "profile": "planner.cli.profile",
     "calibrate": "planner.cli.calibrate",
+    "explain": "planner.cli.explain",
+    "report": "planner.cli.explain",
 }
 
 

@@ -29,11 +29,14 @@ SourceOpt = Annotated[list[str] | None, typer.Option(
     "--source", help="Use only rows of this source_id (repeatable; tables).")]
 CvOpt = Annotated[bool, typer.Option("--cv/--no-cv", help="Cross-validate (leave-one-out).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")]
+PlotOpt = Annotated[Path | None, typer.Option(
+    "--plot", help="Also draw predicted vs measured with the band (.png or .svg).")]
 
 
 @app.command("calibrate")
 def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitOpt = None,
-                  source: SourceOpt = None, cv: CvOpt = True, json_out: JsonOpt = False) -> None:
+                  source: SourceOpt = None, cv: CvOpt = True, json_out: JsonOpt = False,
+                  plot: PlotOpt = None) -> None:
     """Fit the profile's efficiency parameters to measured runs and write a new profile."""
     import json
 
@@ -59,6 +62,10 @@ def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitO
     names = [n.strip() for n in fit.split(",") if n.strip()] if fit else None
     result = calibrate(gpu, [r.with_gpu(gpu) for r in measured], names=names, cross_validate=cv)
     write_text_atomic(out, profile_yaml(result.profile))
+    if plot is not None:
+        from planner.figures import calibration_figure, save
+
+        save(calibration_figure(result), plot)
     if json_out:
         typer.echo(json.dumps(fit_summary(result, skipped), indent=2))
         return

@@ -43,8 +43,8 @@ from planner.cli.options import (
     SpOpt,
     StorageOpt,
     TpOpt,
-    TrainTokensOpt,
     TpOverlapOpt,
+    TrainTokensOpt,
     VppOpt,
     ZeroOpt,
     check_lr_options,
@@ -54,6 +54,7 @@ from planner.cli.options import (
 )
 from planner.cli.typer_app import app
 from planner.errors import LayoutError
+from planner.layout import Layout
 
 DEFAULT_ZERO = 1  # Megatron's distributed optimizer: the common large-model default
 DEFAULT_RECOMPUTE = "selective"  # Korthikanti 2022: selective + SP is Megatron's recommended mode
@@ -101,7 +102,6 @@ def estimate_cmd(
 ) -> None:
     """Predict one layout (help text: ESTIMATE_HELP)."""
     from planner.costmodel import estimate
-    from planner.layout import Layout
     from planner.plan import Plan
 
     if tp is None or pp is None:
@@ -112,27 +112,8 @@ def estimate_cmd(
     )
     run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
     check_lr_options(ref_lr, ref_batch)
-    cp = cp or 1
-    if dp is None:
-        n = cluster_spec.num_gpus
-        if n % (tp * pp * cp):
-            raise LayoutError(
-                f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp} does not divide the "
-                f"{n} GPUs of {cluster_spec}; give degrees whose product is {n}"
-            )
-        dp = n // (tp * pp * cp)
-    layout = Layout(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=cp,
-        ep=ep or 1,
-        vpp=vpp or 1,
-        mbs=mbs or 1,
-        zero=DEFAULT_ZERO if zero is None else zero,
-        recompute=recompute.value if recompute is not None else DEFAULT_RECOMPUTE,
-        sp=(tp > 1) if sp is None else sp,
-    )
+    layout = default_layout(cluster_spec.num_gpus, str(cluster_spec), tp=tp, pp=pp, dp=dp, cp=cp,
+                            ep=ep, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp)
     plan = Plan(layout=layout, estimate=estimate(model_spec, cluster_spec, job, layout))
     plan = with_runs([plan], model_spec, cluster_spec, run_in)[0]
     from planner import report
@@ -153,3 +134,33 @@ def estimate_cmd(
     report.print_run_notes(plan, run_in, ref_lr, ref_batch, console)
     if csv is not None:
         console.print(f"wrote {csv}")
+
+
+def default_layout(num_gpus: int, cluster_name: str, tp: int, pp: int, dp: int | None = None,
+                   cp: int | None = None, ep: int | None = None, vpp: int | None = None,
+                   mbs: int | None = None, zero: int | None = None, recompute=None,  # noqa: ANN001
+                   sp: bool | None = None) -> Layout:
+    """The layout `estimate` (and `explain` by pins) evaluates: the knobs given, the rest at
+    the defaults of ESTIMATE_HELP."""
+    cp = cp or 1
+    if dp is None:
+        n = num_gpus
+        if n % (tp * pp * cp):
+            raise LayoutError(
+                f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp} does not divide the "
+                f"{n} GPUs of {cluster_name}; give degrees whose product is {n}"
+            )
+        dp = n // (tp * pp * cp)
+    return Layout(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=ep or 1,
+        vpp=vpp or 1,
+        mbs=mbs or 1,
+        zero=DEFAULT_ZERO if zero is None else zero,
+        recompute=getattr(recompute, "value", recompute) if recompute is not None
+        else DEFAULT_RECOMPUTE,
+        sp=(tp > 1) if sp is None else sp,
+    )

@@ -1,0 +1,254 @@
+"""`planner explain` and `planner report`: one plan explained; the ranked plans, the winner's
+explanation and the figures in one self-contained HTML file.
+
+    planner explain --model llama70b --cluster 128xA100 --rank 1
+    planner explain --model llama3-405b --cluster 16384xH100 --seq-len 8192 --global-batch 2048 \\
+        --tp 8 --pp 16 --vpp 8 --zero 2 --recompute none --figures figs/
+    planner report --html plans.html --model llama70b --cluster 128xA100 --train-tokens 2e12
+
+A plan is given by --rank N (the N-th of `solve` with the same options; pins narrow the
+search) or, without --rank, by --tp and --pp (and the other pins; the rest at `estimate`'s
+defaults). Its neighbours in the ranking come from the unpinned search then.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from planner.cli.typer_app import app
+from planner.cli.options import (
+    AttentionChoice,
+    AttentionOpt,
+    ClusterOpt,
+    CpOpt,
+    DpOpt,
+    EpOpt,
+    GlobalBatchOpt,
+    GpuHourPriceOpt,
+    GradDtypeChoice,
+    GradDtypeOpt,
+    JsonOpt,
+    MbsOpt,
+    ModelOpt,
+    MtbfOpt,
+    P2pOverlapOpt,
+    PpOpt,
+    PrecisionChoice,
+    PrecisionOpt,
+    ProfileOpt,
+    PueOpt,
+    RecomputeOpt,
+    RefBatchOpt,
+    RefLrOpt,
+    SeqLenOpt,
+    SpOpt,
+    StorageOpt,
+    TpOpt,
+    TpOverlapOpt,
+    TrainTokensOpt,
+    VppOpt,
+    ZeroOpt,
+    check_lr_options,
+    layout_pins,
+    load_inputs,
+    run_inputs,
+    with_runs,
+)
+from planner.errors import LayoutError, SpecError
+
+RankOpt = Annotated[int | None, typer.Option(
+    "--rank", min=1, help="Explain the N-th plan of the ranking (solve with the same options).")]
+FiguresOpt = Annotated[Path | None, typer.Option(
+    "--figures", help="Write the plan's figures here (schedule, memory, pareto; PNG and SVG).")]
+HtmlOpt = Annotated[Path, typer.Option("--html", help="Write the HTML report here.")]
+TopOpt = Annotated[int, typer.Option("--top", min=1, help="Ranked plans in the table.")]
+# Plans behind the Pareto figure: more than the table shows, so the front has points.
+PARETO_PLANS = 60
+
+
+def resolve_plan(model_spec: Any, cluster_spec: Any, job: Any, pins: dict[str, Any],
+                 rank: int | None, top: int) -> tuple[Any, list[Any]]:
+    """(the plan to explain, the ranking it is compared with)."""
+    from planner.costmodel import estimate
+    from planner.errors import InfeasibleError
+    from planner.plan import Plan
+    from planner.search import solve
+
+    if rank is not None:
+        ranked = solve(model_spec, cluster_spec, job, pins, top_k=max(top, rank + 2))
+        if rank > len(ranked):
+            raise SpecError(f"--rank {rank}: only {len(ranked)} plans fit with these options")
+        return ranked[rank - 1], ranked
+    if "tp" not in pins or "pp" not in pins:
+        raise LayoutError("explain needs --rank N, or --tp and --pp (and any other pins)")
+    from planner.cli.estimate import default_layout
+
+    layout = default_layout(cluster_spec.num_gpus, str(cluster_spec), **pins)
+    plan = Plan(layout=layout, estimate=estimate(model_spec, cluster_spec, job, layout))
+    try:
+        ranked = solve(model_spec, cluster_spec, job, {}, top_k=max(top, PARETO_PLANS))
+    except InfeasibleError:
+        ranked = []
+    for p in ranked:
+        if p.layout == layout:
+            plan = p
+    return plan, ranked
+
+
+def write_figures(model_spec: Any, cluster_spec: Any, job: Any, plan: Any, ranked: list[Any],
+                  folder: Path) -> list[Path]:
+    """schedule / memory / pareto figures of the plan, PNG and SVG, into folder."""
+    from planner import figures
+
+    figs = {"schedule": figures.schedule_figure(model_spec, cluster_spec, job, plan.layout),
+            "memory": figures.memory_figure(model_spec, cluster_spec, job, plan.layout)}
+    if ranked:
+        figs["pareto"] = figures.pareto_figure({str(cluster_spec): ranked})
+    out = []
+    for name, fig in figs.items():
+        for ext in ("png", "svg"):
+            out.append(figures.save(fig, folder / f"{name}.{ext}"))
+    return out
+
+
+@app.command("explain")
+def explain_cmd(
+    model: ModelOpt,
+    cluster: ClusterOpt,
+    rank: RankOpt = None,
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    dp: DpOpt = None,
+    cp: CpOpt = None,
+    ep: EpOpt = None,
+    vpp: VppOpt = None,
+    mbs: MbsOpt = None,
+    zero: ZeroOpt = None,
+    recompute: RecomputeOpt = None,
+    sp: SpOpt = None,
+    precision: PrecisionOpt = PrecisionChoice.bf16,
+    attention: AttentionOpt = AttentionChoice.flash,
+    grad_dtype: GradDtypeOpt = GradDtypeChoice.auto,
+    tp_comm_overlap: TpOverlapOpt = False,
+    p2p_overlap: P2pOverlapOpt = True,
+    seq_len: SeqLenOpt = None,
+    global_batch: GlobalBatchOpt = None,
+    profile: ProfileOpt = None,
+    train_tokens: TrainTokensOpt = None,
+    gpu_hour_price: GpuHourPriceOpt = None,
+    pue: PueOpt = None,
+    mtbf_hours: MtbfOpt = None,
+    storage_gb_per_s: StorageOpt = None,
+    ref_lr: RefLrOpt = None,
+    ref_batch: RefBatchOpt = None,
+    figures: FiguresOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Explain one plan: where the time and memory go, what binds, the change that helps most
+    (re-estimated), and why its neighbours in the ranking lose."""
+    from planner.explain import explain
+    from planner.report import run_note_lines
+
+    model_spec, cluster_spec, job = load_inputs(
+        model, cluster, profile, seq_len, global_batch, precision, attention, grad_dtype,
+        tp_comm_overlap, p2p_overlap,
+    )
+    run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
+    check_lr_options(ref_lr, ref_batch)
+    pins = layout_pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero,
+                       recompute=recompute, sp=sp)
+    plan, ranked = resolve_plan(model_spec, cluster_spec, job, pins, rank, 10)
+    plan = with_runs([plan], model_spec, cluster_spec, run_in)[0]
+    exp = explain(model_spec, cluster_spec, job, plan, ranked)
+    lines = exp.lines() + run_note_lines(plan, run_in, ref_lr, ref_batch)
+    written = write_figures(model_spec, cluster_spec, job, plan, ranked, figures) if figures else []
+    if as_json:
+        import json
+
+        from planner.report import plan_rows
+
+        typer.echo(json.dumps({
+            "plan": plan_rows([plan])[0], "binds": exp.binds, "groups": exp.groups,
+            "best_change": exp.best_change.text() if exp.best_change else None,
+            "changes": [{"change": c.what, "layout": str(c.plan.layout),
+                         "step_time_s": c.plan.estimate.step_time_s,
+                         "d_step_rel": c.d_step_rel, "d_peak_gb": c.d_peak_gb,
+                         "fits": c.plan.estimate.fits} for c in exp.changes],
+            "neighbours": exp.neighbours, "text": lines,
+            "figures": [str(p) for p in written]}, indent=2))
+        return
+    from rich.console import Console
+
+    console = Console()
+    console.print(f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), seq "
+                  f"{job.seq_len}, global batch {job.global_batch}", markup=False)
+    for line in lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    for path in written:
+        console.print(f"wrote {path}", markup=False)
+
+
+@app.command("report")
+def report_cmd(
+    html: HtmlOpt,
+    model: ModelOpt,
+    cluster: ClusterOpt,
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    dp: DpOpt = None,
+    cp: CpOpt = None,
+    ep: EpOpt = None,
+    vpp: VppOpt = None,
+    mbs: MbsOpt = None,
+    zero: ZeroOpt = None,
+    recompute: RecomputeOpt = None,
+    sp: SpOpt = None,
+    precision: PrecisionOpt = PrecisionChoice.bf16,
+    attention: AttentionOpt = AttentionChoice.flash,
+    grad_dtype: GradDtypeOpt = GradDtypeChoice.auto,
+    tp_comm_overlap: TpOverlapOpt = False,
+    p2p_overlap: P2pOverlapOpt = True,
+    seq_len: SeqLenOpt = None,
+    global_batch: GlobalBatchOpt = None,
+    profile: ProfileOpt = None,
+    top: TopOpt = 10,
+    train_tokens: TrainTokensOpt = None,
+    gpu_hour_price: GpuHourPriceOpt = None,
+    pue: PueOpt = None,
+    mtbf_hours: MtbfOpt = None,
+    storage_gb_per_s: StorageOpt = None,
+    ref_lr: RefLrOpt = None,
+    ref_batch: RefBatchOpt = None,
+) -> None:
+    """Write one self-contained HTML file: the ranked plans, the winner's explanation and its
+    figures (inlined SVG, no network)."""
+    from planner.explain import explain
+    from planner.html_report import html_report
+    from planner.io import write_text_atomic
+    from planner.report import job_label, run_note_lines
+    from planner.search import solve
+
+    if html.suffix.lower() not in (".html", ".htm"):
+        raise SpecError(f"--html {html}: use a .html file name")
+    model_spec, cluster_spec, job = load_inputs(
+        model, cluster, profile, seq_len, global_batch, precision, attention, grad_dtype,
+        tp_comm_overlap, p2p_overlap,
+    )
+    run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
+    check_lr_options(ref_lr, ref_batch)
+    pins = layout_pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero,
+                       recompute=recompute, sp=sp)
+    ranked = solve(model_spec, cluster_spec, job, pins, top_k=max(top, PARETO_PLANS))
+    ranked = with_runs(ranked, model_spec, cluster_spec, run_in)
+    winner = ranked[0]
+    exp = explain(model_spec, cluster_spec, job, winner, ranked)
+    title = (f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), seq "
+             f"{job.seq_len}, global batch {job.global_batch}, {job_label(cluster_spec.gpu, job)}")
+    text = html_report(model_spec, cluster_spec, job, ranked, top, exp,
+                       run_note_lines(winner, run_in, ref_lr, ref_batch), title)
+    write_text_atomic(html, text)
+    typer.echo(f"wrote {html} ({len(text) / 1024:.0f} KiB): {min(top, len(ranked))} plans, "
+               f"winner {winner.layout}")

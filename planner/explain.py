@@ -1,0 +1,285 @@
+"""Explain one plan: where every second and GiB goes, what binds, which single change helps
+most (with its predicted effect), and why its neighbours in the ranking lose.
+
+    exp = explain(model, cluster, job, plan, ranked)   -> Explanation
+    exp.lines()                                         -> readable text (CLI, HTML report)
+
+Every number is the cost model's: the effects of changes are the estimates of the changed
+layouts (estimate_many over every valid one-knob neighbour), never constants in the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from planner.layout import Layout
+from planner.plan import MEM_COLUMNS, TIME_COLUMNS, Plan
+from planner.specs import ClusterSpec, JobSpec, ModelSpec
+
+KNOBS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp")
+# Memory within this fraction of the usable capacity is called binding: an allocator's
+# fragmentation alone moves peaks by a few percent (the profiles' reserve holds 2.3% of HBM
+# of slack, docs/hardware.md 3.5), so a plan this close has no room for a longer sequence or
+# a larger micro-batch.
+MEMORY_BINDS_WITHIN = 0.05
+# A time term at or above this share of the step is named among what binds.
+TERM_BINDS_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class Change:
+    """One neighbour of the plan: what changes and its predicted effect."""
+
+    what: str  # e.g. "recompute selective -> full"
+    plan: Plan
+    d_step_s: float  # new - old step time, s
+    d_step_rel: float  # relative to the old step time
+    d_peak_gb: float  # new - old peak memory, GiB
+    main_term: str  # the time or memory term that moves most, with its old and new values
+
+    def text(self) -> str:
+        fits = "" if self.plan.estimate.fits else ", does not fit"
+        mem = (f"frees {-self.d_peak_gb:.1f} GiB" if self.d_peak_gb < 0
+               else f"needs {self.d_peak_gb:.1f} GiB more")
+        return (f"{self.what}: step {self.d_step_rel:+.1%} ({self.d_step_s:+.3f} s), {mem}"
+                f"{fits}; {self.main_term}")
+
+
+@dataclass
+class Explanation:
+    """The explanation of one plan (see the module docstring)."""
+
+    plan: Plan
+    time_terms: list[tuple[str, float, float]]  # (label, seconds, share of the step)
+    compute_split: dict[str, float]  # forward / backward / recompute seconds per step
+    mem_terms: list[tuple[str, float, float]]  # (label, GiB, share of the peak)
+    binds: list[str]
+    groups: list[str]  # which process groups leave the node / NVLink domain
+    changes: list[Change]  # every valid one-knob neighbour, best step time first
+    best_change: Change | None
+    memory_change: Change | None  # the neighbour that frees the most memory per second lost
+    neighbours: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        p, e = self.plan, self.plan.estimate
+        head = f"plan {p.layout}" + (f" (rank {p.rank})" if p.rank else "")
+        out = [f"{head}: step {e.step_time_s:.3f} s, MFU {e.mfu:.1%}, peak "
+               f"{e.peak_mem_gb:.1f} of {e.mem_capacity_gb:.1f} GiB usable",
+               "where the step goes:"]
+        for label, sec, share in self.time_terms:
+            extra = ""
+            if label.startswith("compute"):
+                extra = " (" + ", ".join(f"{k} {v:.3f} s" for k, v in self.compute_split.items()
+                                         if v > 0) + ")"
+            out.append(f"  {label:<34} {sec:9.4f} s {share:6.1%}{extra}")
+        out.append(f"where the memory goes (pipeline stage {e.peak_stage}, {e.in_flight:g} "
+                   "micro-batches in flight):")
+        for label, gib, share in self.mem_terms:
+            out.append(f"  {label:<34} {gib:9.2f} GiB {share:6.1%}")
+        out.append("what binds:")
+        out += [f"  - {b}" for b in self.binds]
+        out += [f"  - {g}" for g in self.groups]
+        out.append("the change that helps most:")
+        if self.best_change is not None:
+            out.append(f"  {self.best_change.text()}")
+        else:
+            out.append("  no single-knob change that fits is faster")
+        if self.memory_change is not None and self.memory_change is not self.best_change:
+            out.append(f"  to free memory: {self.memory_change.text()}")
+        if self.neighbours:
+            out.append("why the neighbours in the ranking lose (or win):")
+            out += [f"  {n}" for n in self.neighbours]
+        return out
+
+
+def _group_lines(cluster: ClusterSpec, lo: Layout) -> list[str]:
+    """Which groups span more than one NVLink domain (Megatron's order: tp, cp, dp, pp)."""
+    from planner.costmodel import comm
+
+    groups = [("TP", lo.tp, 1), ("CP", lo.cp, lo.tp), ("DP", lo.dp * lo.cp, lo.tp),
+              ("PP", lo.pp, lo.tp * lo.cp * lo.dp), ("EP", lo.ep, lo.tp)]
+    out = []
+    for name, size, stride in groups:
+        if size <= 1:
+            continue
+        g = comm.Group(cluster, size, stride)
+        if bool(g.crosses):
+            out.append(f"the {name} group ({size} ranks) leaves the NVLink domain of "
+                       f"{cluster.domain_gpus} GPUs: {int(g.domains)} domains, the slower tier")
+    return out or [f"every process group stays inside one NVLink domain of {cluster.domain_gpus}"]
+
+
+def _binds(plan: Plan, cluster: ClusterSpec) -> list[str]:
+    from planner.report import MEM_LABELS, TIME_LABELS
+
+    e = plan.estimate
+    out = []
+    head = e.mem_capacity_gb - e.peak_mem_gb
+    top_mem = max(MEM_COLUMNS, key=lambda c: getattr(e, c))
+    if not e.fits:
+        out.append(f"memory: {-head:.1f} GiB over the usable capacity; the largest term is "
+                   f"{MEM_LABELS[top_mem]} ({getattr(e, top_mem):.1f} GiB)")
+    elif head < MEMORY_BINDS_WITHIN * e.mem_capacity_gb:
+        out.append(f"memory: only {head:.1f} GiB ({head / e.mem_capacity_gb:.1%}) of headroom; "
+                   f"the largest term is {MEM_LABELS[top_mem]} ({getattr(e, top_mem):.1f} GiB)")
+    else:
+        out.append(f"memory does not bind: {head:.1f} GiB of headroom "
+                   f"({head / e.mem_capacity_gb:.0%})")
+    terms = [(c, getattr(e, c)) for c in TIME_COLUMNS if c != "time_compute_s"]
+    terms.sort(key=lambda t: -t[1])
+    named = [(c, v) for c, v in terms if e.step_time_s and v / e.step_time_s >= TERM_BINDS_SHARE]
+    for c, v in named:
+        out.append(f"{TIME_LABELS[c]}: {v:.3f} s, {v / e.step_time_s:.1%} of the step")
+    if not named:
+        out.append(f"compute: {e.time_compute_s / e.step_time_s:.1%} of the step; no other term "
+                   f"reaches {TERM_BINDS_SHARE:.0%}")
+    return out
+
+
+def neighbour_layouts(lo: Layout, num_gpus: int) -> list[tuple[str, Layout]]:
+    """Every layout one knob away (a degree moves by a factor 2 against dp, so the GPU count
+    stays; a trade of tp against pp), each named by what changes."""
+    out: list[tuple[str, Layout]] = []
+
+    def add(what: str, **kw: Any) -> None:
+        new = replace(lo, **kw)
+        if new != lo and new.tp * new.pp * new.dp * new.cp == num_gpus:
+            out.append((what, new))
+            if "vpp" not in kw and new.vpp > 1:  # a new pp may not admit the old vpp
+                out.append((what + ", vpp 1", replace(new, vpp=1)))
+
+    for r in ("none", "selective", "full", "offload"):
+        add(f"recompute {lo.recompute} -> {r}", recompute=r)
+    for z in range(4):
+        add(f"zero {lo.zero} -> {z}", zero=z)
+    if lo.tp > 1:
+        add(f"sp {'on -> off' if lo.sp else 'off -> on'}", sp=not lo.sp)
+    for v in {1, lo.vpp * 2, max(lo.vpp // 2, 1)}:
+        add(f"vpp {lo.vpp} -> {v}", vpp=v)
+    for mb in {lo.mbs * 2, max(lo.mbs // 2, 1)}:
+        add(f"mbs {lo.mbs} -> {mb}", mbs=mb)
+    for knob in ("tp", "pp", "cp"):
+        cur = getattr(lo, knob)
+        if lo.dp % 2 == 0:
+            add(f"{knob} {cur} -> {cur * 2} (dp {lo.dp} -> {lo.dp // 2})",
+                **{knob: cur * 2, "dp": lo.dp // 2})
+        if cur % 2 == 0:
+            add(f"{knob} {cur} -> {cur // 2} (dp {lo.dp} -> {lo.dp * 2})",
+                **{knob: cur // 2, "dp": lo.dp * 2})
+    if lo.pp % 2 == 0:
+        add(f"tp {lo.tp} -> {lo.tp * 2}, pp {lo.pp} -> {lo.pp // 2}", tp=lo.tp * 2, pp=lo.pp // 2)
+    if lo.tp % 2 == 0:
+        add(f"tp {lo.tp} -> {lo.tp // 2}, pp {lo.pp} -> {lo.pp * 2}", tp=lo.tp // 2, pp=lo.pp * 2)
+    if lo.ep > 1 or lo.ep * 2 <= lo.dp * lo.cp:
+        for ep in {lo.ep * 2, max(lo.ep // 2, 1)}:
+            add(f"ep {lo.ep} -> {ep}", ep=ep)
+    seen, uniq = set(), []
+    for what, new in out:
+        if new not in seen:
+            seen.add(new)
+            uniq.append((what, new))
+    return uniq
+
+
+def _main_term(old: Plan, new: Plan) -> str:
+    """The time or memory term that moves most between two plans, as 'label old -> new'."""
+    from planner.report import MEM_LABELS, TIME_LABELS
+
+    a, b = old.estimate, new.estimate
+    t = max(TIME_COLUMNS, key=lambda c: abs(getattr(b, c) - getattr(a, c)))
+    m = max(MEM_COLUMNS, key=lambda c: abs(getattr(b, c) - getattr(a, c)))
+    dt = abs(getattr(b, t) - getattr(a, t)) / max(a.step_time_s, 1e-12)
+    dm = abs(getattr(b, m) - getattr(a, m)) / max(a.peak_mem_gb, 1e-12)
+    if dt >= dm:
+        return f"{TIME_LABELS[t]} {getattr(a, t):.3f} -> {getattr(b, t):.3f} s"
+    return f"{MEM_LABELS[m]} {getattr(a, m):.1f} -> {getattr(b, m):.1f} GiB"
+
+
+def one_knob_changes(model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                     plan: Plan) -> list[Change]:
+    """Every valid one-knob neighbour inside the search's space (the caps of
+    planner.search.problem: a change the search never offers would not be a fair reason for
+    the ranking), estimated by the cost model, fastest first."""
+    from planner.costmodel import estimate_many, layout_violations
+    from planner.search.problem import MBS_CAP, VPP_CAP
+
+    def searched(lo: Layout) -> bool:
+        return lo.vpp <= VPP_CAP and lo.mbs <= MBS_CAP and lo.tp & (lo.tp - 1) == 0
+
+    cands = [(w, lo) for w, lo in neighbour_layouts(plan.layout, cluster.num_gpus)
+             if searched(lo) and not layout_violations(model, cluster, job, lo)]
+    if not cands:
+        return []
+    ests = estimate_many(model, cluster, job, [lo for _, lo in cands])
+    old = plan.estimate
+    out = []
+    for (what, lo), est in zip(cands, ests, strict=True):
+        new = Plan(layout=lo, estimate=est)
+        out.append(Change(what, new, est.step_time_s - old.step_time_s,
+                          est.step_time_s / old.step_time_s - 1, est.peak_mem_gb - old.peak_mem_gb,
+                          _main_term(plan, new)))
+    out.sort(key=lambda c: (c.d_step_s, c.d_peak_gb))
+    return out
+
+
+def _knob_diff(a: Layout, b: Layout) -> str:
+    da, db = a.as_dict(), b.as_dict()
+    return ", ".join(f"{k} {da[k]} vs {db[k]}" for k in KNOBS if da[k] != db[k]) or "same knobs"
+
+
+def compare(plan: Plan, other: Plan) -> str:
+    """Why `other` ranks where it does relative to `plan`: the knobs that differ and the terms
+    that move most (cost-model numbers)."""
+    from planner.report import TIME_LABELS
+
+    a, b = plan.estimate, other.estimate
+    d = b.step_time_s - a.step_time_s
+    moves = sorted(TIME_COLUMNS, key=lambda c: -abs(getattr(b, c) - getattr(a, c)))[:3]
+    terms = "; ".join(f"{TIME_LABELS[c]} {getattr(b, c) - getattr(a, c):+.3f} s" for c in moves
+                      if abs(getattr(b, c) - getattr(a, c)) > 1e-6)
+    verdict = "loses" if d > 0 else ("wins" if d < 0 else "ties")
+    tail = ""
+    if d == 0:
+        tail = f" (peak {b.peak_mem_gb:.1f} vs {a.peak_mem_gb:.1f} GiB decides)"
+    return (f"#{other.rank} {other.layout} {verdict} by {abs(d / a.step_time_s):.1%} "
+            f"({d:+.3f} s) [{_knob_diff(plan.layout, other.layout)}]: {terms or 'no term moves'}"
+            + tail)
+
+
+def explain(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, plan: Plan,
+            ranked: Sequence[Plan] = ()) -> Explanation:
+    """The explanation of `plan`; `ranked` (solve's plans, best first) gives the neighbours."""
+    from planner.costmodel import estimate_batch
+    from planner.report import MEM_LABELS, TIME_LABELS
+
+    e = plan.estimate
+    times = [(TIME_LABELS[c], getattr(e, c), getattr(e, c) / e.step_time_s) for c in TIME_COLUMNS]
+    cols = estimate_batch(model, cluster, job, [plan.layout])
+    m = e.grad_accum
+    split = {"forward": m * float(cols["fwd_mb_s"][0]),
+             "backward": m * float(cols["bwd_mb_s"][0]),
+             "recompute": m * float(cols["recompute_mb_s"][0])}
+    split["launch overhead"] = max(e.time_compute_s - sum(split.values()), 0.0)
+    mems = [(MEM_LABELS[c], getattr(e, c), getattr(e, c) / e.peak_mem_gb) for c in MEM_COLUMNS]
+    changes = one_knob_changes(model, cluster, job, plan)
+    fitting = [c for c in changes if c.plan.estimate.fits]
+    best = next((c for c in fitting if c.d_step_s < 0), None)
+    if not e.fits:  # the cheapest change that makes it fit helps most
+        best = fitting[0] if fitting else None
+    savers = [c for c in fitting if c.d_peak_gb < 0]
+    mem_change = min(savers, key=lambda c: (max(c.d_step_s, 0.0) / -c.d_peak_gb, c.d_step_s),
+                     default=None)
+    neighbours = []
+    if ranked:
+        pos = next((i for i, p in enumerate(ranked) if p.layout == plan.layout), None)
+        if pos is None:
+            neighbours.append(compare(plan, ranked[0]) + " (the best plan; this one is not "
+                              f"among the top {len(ranked)})")
+        else:
+            for j in (pos - 1, pos + 1, pos + 2):
+                if 0 <= j < len(ranked) and j != pos:
+                    neighbours.append(compare(plan, ranked[j]))
+    return Explanation(plan, times, split, mems, _binds(plan, cluster),
+                       _group_lines(cluster, plan.layout), changes, best, mem_change, neighbours)
