@@ -17,13 +17,14 @@ if TYPE_CHECKING:
 MAX_INLINE_SVG_BYTES = 1_500_000
 
 STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; padding: 0 1.5em; max-width: 1200px;
+       color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
 table.plans { border-collapse: collapse; font-size: 0.85em; }
 table.plans th, table.plans td { border: 1px solid #ccc; padding: 3px 7px; text-align: right; }
 table.plans td.layout { text-align: left; font-family: monospace; white-space: nowrap; }
 table.plans tr.winner { background: #eef5ff; font-weight: 600; }
-pre { background: #f7f7f7; padding: 0.8em; font-size: 0.82em; overflow-x: auto; }
+pre { background: #f7f7f7; padding: 0.8em; font-size: 0.82em; white-space: pre-wrap; }
 figure { margin: 1em 0; } figure svg, figure img { max-width: 100%; height: auto; }
 figcaption { font-size: 0.85em; color: #555; }
 """
