@@ -61,6 +61,7 @@ class Explanation:
     best_change: Change | None
     memory_change: Change | None  # the neighbour that frees the most memory per second lost
     neighbours: list[str] = field(default_factory=list)
+    blocked_change: Change | None = None  # faster than best_change, but does not fit
 
     def lines(self) -> list[str]:
         p, e = self.plan, self.plan.estimate
@@ -86,6 +87,8 @@ class Explanation:
             out.append(f"  {self.best_change.text()}")
         else:
             out.append("  no single-knob change that fits is faster")
+        if self.blocked_change is not None:
+            out.append(f"  faster, but needs memory it does not have: {self.blocked_change.text()}")
         if self.memory_change is not None and self.memory_change is not self.best_change:
             out.append(f"  to free memory: {self.memory_change.text()}")
         if self.neighbours:
@@ -96,19 +99,28 @@ class Explanation:
 
 def _group_lines(cluster: ClusterSpec, lo: Layout) -> list[str]:
     """Which groups span more than one NVLink domain (Megatron's order: tp, cp, dp, pp)."""
+    out = []
+    for name in ("TP", "CP", "DP", "PP", "EP"):
+        size, domains = _group_span(cluster, lo, name)
+        if domains > 1:
+            out.append(f"the {name} group ({size} ranks) leaves the NVLink domain of "
+                       f"{cluster.domain_gpus} GPUs: {domains} domains, the slower tier")
+    return out or [f"every process group stays inside one NVLink domain of {cluster.domain_gpus}"]
+
+
+# The process group behind each communication term (its size and its rank stride, Megatron's
+# order tp, cp, dp, pp; the DP term's group is dp x cp).
+TERM_GROUPS = {"time_tp_comm_s": "TP", "time_cp_comm_s": "CP", "time_ep_comm_s": "EP",
+               "time_pp_comm_s": "PP", "time_dp_comm_exposed_s": "DP"}
+
+
+def _group_span(cluster: ClusterSpec, lo: Layout, name: str) -> tuple[int, int]:
+    """(ranks, NVLink domains spanned) of one group of the layout."""
     from planner.costmodel import comm
 
-    groups = [("TP", lo.tp, 1), ("CP", lo.cp, lo.tp), ("DP", lo.dp * lo.cp, lo.tp),
-              ("PP", lo.pp, lo.tp * lo.cp * lo.dp), ("EP", lo.ep, lo.tp)]
-    out = []
-    for name, size, stride in groups:
-        if size <= 1:
-            continue
-        g = comm.Group(cluster, size, stride)
-        if bool(g.crosses):
-            out.append(f"the {name} group ({size} ranks) leaves the NVLink domain of "
-                       f"{cluster.domain_gpus} GPUs: {int(g.domains)} domains, the slower tier")
-    return out or [f"every process group stays inside one NVLink domain of {cluster.domain_gpus}"]
+    size, stride = {"TP": (lo.tp, 1), "CP": (lo.cp, lo.tp), "DP": (lo.dp * lo.cp, lo.tp),
+                    "PP": (lo.pp, lo.tp * lo.cp * lo.dp), "EP": (lo.ep, lo.tp)}[name]
+    return size, int(comm.Group(cluster, size, stride).domains) if size > 1 else 1
 
 
 def _binds(plan: Plan, cluster: ClusterSpec) -> list[str]:
@@ -131,7 +143,13 @@ def _binds(plan: Plan, cluster: ClusterSpec) -> list[str]:
     terms.sort(key=lambda t: -t[1])
     named = [(c, v) for c, v in terms if e.step_time_s and v / e.step_time_s >= TERM_BINDS_SHARE]
     for c, v in named:
-        out.append(f"{TIME_LABELS[c]}: {v:.3f} s, {v / e.step_time_s:.1%} of the step")
+        where = ""
+        if c in TERM_GROUPS:
+            size, domains = _group_span(cluster, plan.layout, TERM_GROUPS[c])
+            where = (f" ({TERM_GROUPS[c]} group of {size} leaves the node: {domains} NVLink "
+                     "domains, the scale-out network)" if domains > 1 else
+                     f" ({TERM_GROUPS[c]} group of {size} stays on NVLink)")
+        out.append(f"{TIME_LABELS[c]}: {v:.3f} s, {v / e.step_time_s:.1%} of the step{where}")
     if not named:
         out.append(f"compute: {e.time_compute_s / e.step_time_s:.1%} of the step; no other term "
                    f"reaches {TERM_BINDS_SHARE:.0%}")
@@ -268,6 +286,8 @@ def explain(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, plan: Plan,
     best = next((c for c in fitting if c.d_step_s < 0), None)
     if not e.fits:  # the cheapest change that makes it fit helps most
         best = fitting[0] if fitting else None
+    limit = best.d_step_s if best is not None else 0.0
+    blocked = next((c for c in changes if not c.plan.estimate.fits and c.d_step_s < limit), None)
     savers = [c for c in fitting if c.d_peak_gb < 0]
     mem_change = min(savers, key=lambda c: (max(c.d_step_s, 0.0) / -c.d_peak_gb, c.d_step_s),
                      default=None)
@@ -282,4 +302,5 @@ def explain(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, plan: Plan,
                 if 0 <= j < len(ranked) and j != pos:
                     neighbours.append(compare(plan, ranked[j]))
     return Explanation(plan, times, split, mems, _binds(plan, cluster),
-                       _group_lines(cluster, plan.layout), changes, best, mem_change, neighbours)
+                       _group_lines(cluster, plan.layout), changes, best, mem_change, neighbours,
+                       blocked)

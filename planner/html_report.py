@@ -5,7 +5,7 @@ be large), the style sheet is inline, there is no script."""
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -68,9 +68,10 @@ def _table(plans: Sequence[Plan]) -> str:
 
 
 def html_report(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, ranked: Sequence[Plan],
-                top: int, exp: Explanation, notes: Sequence[str], title: str) -> str:
+                top: int, exp: Explanation, notes: Sequence[str], title: str,
+                groups: Mapping[str, Sequence[Plan]] | None = None) -> str:
     """The report's HTML text (ranked: solve's plans, best first; the first `top` are tabled,
-    all of them feed the Pareto figure)."""
+    all of them feed the Pareto figure; groups: ranked plans of clusters compared there)."""
     from planner import figures
 
     winner = ranked[0]
@@ -80,9 +81,10 @@ def html_report(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, ranked: Se
          "per-pass times of its slowest stage; grey is idle (the bubble)."),
         ("memory", figures.memory_figure(model, cluster, job, winner.layout),
          "Memory of every pipeline stage of the winner, against the usable capacity."),
-        ("pareto", figures.pareto_figure({str(cluster): list(ranked)}),
+        ("pareto", figures.pareto_figure(groups or {str(cluster): list(ranked)}),
          f"Step time against peak memory of the best {len(ranked)} plans; the stepped line is "
-         "the Pareto front."),
+         "the Pareto front" + ("; right: step time against GPU count per cluster."
+                               if groups and len(groups) > 1 else ".")),
     ]
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',

@@ -65,6 +65,9 @@ FiguresOpt = Annotated[Path | None, typer.Option(
     "--figures", help="Write the plan's figures here (schedule, memory, pareto; PNG and SVG).")]
 HtmlOpt = Annotated[Path, typer.Option("--html", help="Write the HTML report here.")]
 TopOpt = Annotated[int, typer.Option("--top", min=1, help="Ranked plans in the table.")]
+CompareOpt = Annotated[list[str] | None, typer.Option(
+    "--compare-cluster", help="Also rank on this cluster (repeatable): the Pareto figure then "
+    "compares the clusters, step time against peak memory and against GPU count.")]
 # Plans behind the Pareto figure: more than the table shows, so the front has points.
 PARETO_PLANS = 60
 
@@ -222,6 +225,7 @@ def report_cmd(
     storage_gb_per_s: StorageOpt = None,
     ref_lr: RefLrOpt = None,
     ref_batch: RefBatchOpt = None,
+    compare_cluster: CompareOpt = None,
 ) -> None:
     """Write one self-contained HTML file: the ranked plans, the winner's explanation and its
     figures (inlined SVG, no network)."""
@@ -245,10 +249,20 @@ def report_cmd(
     ranked = with_runs(ranked, model_spec, cluster_spec, run_in)
     winner = ranked[0]
     exp = explain(model_spec, cluster_spec, job, winner, ranked)
+    groups = {str(cluster_spec): ranked}
+    for other in compare_cluster or []:
+        from planner.errors import InfeasibleError
+        from planner.registry import parse_cluster
+
+        spec = parse_cluster(other, profile=cluster_spec.gpu if profile is not None else None)
+        try:
+            groups[str(spec)] = solve(model_spec, spec, job, pins, top_k=PARETO_PLANS)
+        except InfeasibleError:
+            groups[str(spec)] = []
     title = (f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), seq "
              f"{job.seq_len}, global batch {job.global_batch}, {job_label(cluster_spec.gpu, job)}")
     text = html_report(model_spec, cluster_spec, job, ranked, top, exp,
-                       run_note_lines(winner, run_in, ref_lr, ref_batch), title)
+                       run_note_lines(winner, run_in, ref_lr, ref_batch), title, groups)
     write_text_atomic(html, text)
     typer.echo(f"wrote {html} ({len(text) / 1024:.0f} KiB): {min(top, len(ranked))} plans, "
                f"winner {winner.layout}")
