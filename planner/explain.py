@@ -26,6 +26,9 @@ KNOBS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp")
 MEMORY_BINDS_WITHIN = 0.05
 # A time term at or above this share of the step is named among what binds.
 TERM_BINDS_SHARE = 0.05
+# A change's effect names the time and memory terms that move by at least this fraction of the
+# step time / peak memory (a readability threshold, not a model constant).
+MOVE_SHOWN = 0.005
 
 
 @dataclass(frozen=True)
@@ -210,9 +213,10 @@ def _main_term(old: Plan, new: Plan) -> str:
     m = max(MEM_COLUMNS, key=lambda c: abs(getattr(b, c) - getattr(a, c)))
     dt = abs(getattr(b, t) - getattr(a, t)) / max(a.step_time_s, 1e-12)
     dm = abs(getattr(b, m) - getattr(a, m)) / max(a.peak_mem_gb, 1e-12)
-    if dt >= dm:
-        return f"{TIME_LABELS[t]} {getattr(a, t):.3f} -> {getattr(b, t):.3f} s"
-    return f"{MEM_LABELS[m]} {getattr(a, m):.1f} -> {getattr(b, m):.1f} GiB"
+    time_part = f"{TIME_LABELS[t]} {getattr(a, t):.3f} -> {getattr(b, t):.3f} s"
+    mem_part = f"{MEM_LABELS[m]} {getattr(a, m):.1f} -> {getattr(b, m):.1f} GiB"
+    parts = [p for p, d in ((time_part, dt), (mem_part, dm)) if d >= MOVE_SHOWN]
+    return "; ".join(parts) or f"{time_part} (nothing moves by {MOVE_SHOWN:.0%})"
 
 
 def one_knob_changes(model: ModelSpec, cluster: ClusterSpec, job: JobSpec,

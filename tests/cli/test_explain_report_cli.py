@@ -55,6 +55,16 @@ def test_explain_changes_are_re_estimated_by_the_cost_model():
     assert out["best_change"] is not None
 
 
+def test_the_winner_has_no_faster_neighbour_that_fits():
+    """The search is exact over its space, so no one-knob change of its winner (the changes
+    explain offers stay inside that space) may be faster and fit: an independent check of the
+    explanation against CP-SAT."""
+    for args in (SMALL, ["--model", "llama70b", "--cluster", "64xA100"]):
+        out = _json(["explain", *args, "--rank", "1", "--json"])
+        assert out["best_change"] is None, out["best_change"]
+        assert all(c["d_step_rel"] >= -1e-6 or not c["fits"] for c in out["changes"])
+
+
 def test_explain_a_plan_that_does_not_fit_says_memory_binds_and_what_fits():
     res = runner.invoke(app, ["explain", "--model", "llama70b", "--cluster", "8xA100",
                               "--tp", "8", "--pp", "1", "--zero", "0", "--recompute", "none"])
