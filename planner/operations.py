@@ -149,13 +149,18 @@ def training_run(plan: Plan, model: ModelSpec, cluster: ClusterSpec, inputs: Run
     )
 
 
+def _big(x: float, unit: str = "") -> str:
+    """12,345 below a million, 1.234M above."""
+    return f"{unit}{x / 1e6:,.3f}M" if x >= 1e6 else f"{unit}{x:,.0f}"
+
+
 def run_summary(run: RunCosts, inputs: RunInputs) -> list[str]:
     """Readable lines for one plan's run (the CLI and the HTML report print them)."""
     energy = (f"{run.energy_mwh:,.0f} MWh at PUE {inputs.pue:g}" if run.energy_mwh is not None
               else "energy: the GPU profile has no tdp_w")
     return [
         f"{run.steps:,} steps: {run.train_days:,.1f} days on {run.num_gpus:,} GPUs, "
-        f"{run.gpu_hours / 1e6:,.3f}M GPU-hours, ${run.cost_usd / 1e6:,.2f}M at "
+        f"{_big(run.gpu_hours)} GPU-hours, {_big(run.cost_usd, '$')} at "
         f"${inputs.gpu_hour_usd:g}/GPU-hour, {energy} (failure-free)",
         f"checkpoint {run.checkpoint_gb:,.0f} GB (weights + optimizer state), written in "
         f"{run.checkpoint_write_s:,.0f} s at {inputs.storage_gb_per_s:g} GB/s",
