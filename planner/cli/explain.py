@@ -18,7 +18,6 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli.typer_app import app
 from planner.cli.options import (
     AttentionChoice,
     AttentionOpt,
@@ -57,6 +56,7 @@ from planner.cli.options import (
     run_inputs,
     with_runs,
 )
+from planner.cli.typer_app import app
 from planner.errors import LayoutError, SpecError
 
 RankOpt = Annotated[int | None, typer.Option(
