@@ -248,7 +248,8 @@ def one_knob_changes(model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
 
 def _knob_diff(a: Layout, b: Layout) -> str:
     da, db = a.as_dict(), b.as_dict()
-    return ", ".join(f"{k} {da[k]} vs {db[k]}" for k in KNOBS if da[k] != db[k]) or "same knobs"
+    return ", ".join(f"{k} {db[k]} instead of {da[k]}" for k in KNOBS
+                     if da[k] != db[k]) or "same knobs"
 
 
 def compare(plan: Plan, other: Plan) -> str:

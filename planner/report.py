@@ -213,5 +213,7 @@ def run_note_lines(plan: Plan, inputs: Any, ref_lr: float | None,
 def print_run_notes(plan: Plan, inputs: Any, ref_lr: float | None, ref_batch: float | None,
                     console: Console) -> None:
     """Print run_note_lines (markup off: the lines hold brackets and dollar signs)."""
+    if inputs is None and ref_lr is None:  # nothing asked: planner.operations stays unloaded
+        return
     for line in run_note_lines(plan, inputs, ref_lr, ref_batch):
         console.print(line, markup=False, highlight=False, soft_wrap=True)

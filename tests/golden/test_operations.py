@@ -133,3 +133,12 @@ def test_checkpoint_interval_for_the_405b_run(meta_405b):
     by_hand = math.sqrt(2 * (ckpt / 2000 / 3600) * mtbf_h) * 60
     assert run.checkpoint_interval_min == pytest.approx(by_hand)
     assert 3.0 < run.checkpoint_interval_min < 6.0
+
+
+def test_every_builtin_profile_carries_a_cited_tdp():
+    from planner.registry import builtin_gpus
+
+    for gpu in builtin_gpus().values():
+        assert gpu.tdp_w is not None and gpu.tdp_w > 0, gpu.name
+        assert "W" in gpu.sources["tdp_w"], gpu.name
+    assert builtin_gpus()["H100-SXM"].tdp_w == 700  # the Llama 3.1 model card's "TDP of 700W"
