@@ -132,10 +132,12 @@ def schedule_figure(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout
         if len(slots) <= 400 and width > end / 120:
             ax.text(sl.start + width / 2, row, str(sl.op.microbatch), ha="center",
                     va="center", fontsize=6, color="white")
+    per_row = len(slots) / max(pp, 1)
+    edge = 0.2 if per_row <= 150 else 0.0  # white separators only while bars are wide enough
     for (row, kind), xr in bars.items():
         y, h = (row + 0.22, 0.18) if kind == "send" else (row - 0.4, 0.8)
-        ax.broken_barh(xr, (y, h), color=COLORS[kind], lw=0.2 if kind in "FB" else 0,
-                       edgecolor="white")
+        ax.broken_barh(xr, (y, h), color=COLORS[kind], lw=edge if kind in "FB" else 0,
+                       edgecolor="white", zorder=3 if kind == "send" else 2)
     ax.set_yticks(range(len(shown)), [f"stage {s}" for s in shown])
     ax.invert_yaxis()
     ax.set_xlim(0, end)
