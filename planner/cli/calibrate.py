@@ -49,6 +49,8 @@ def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitO
     from planner.registry import load_gpu
     from planner.runs import load_runs
 
+    if plot is not None and plot.suffix.lower() not in (".png", ".svg"):
+        raise SpecError(f"--plot {plot}: use a .png or .svg file name")
     gpu = load_gpu(profile)
     measured, skipped = load_runs(runs, gpu)
     if source:

@@ -131,6 +131,12 @@ def test_train_tokens_columns_follow_the_contract_columns(tmp_path: Path):
     assert "train_days" not in plain.read_text().splitlines()[0]
 
 
+def test_calibrate_plot_wants_png_or_svg(tmp_path: Path):
+    _one_line_exit_2(_planner("calibrate", "--runs", str(tmp_path / "r.jsonl"), "--profile",
+                              "H100", "--out", str(tmp_path / "o.yaml"), "--plot",
+                              str(tmp_path / "p.jpg")), ".png or .svg")
+
+
 def test_run_options_without_train_tokens_exit_2():
     _one_line_exit_2(_planner("estimate", *SMALL, "--tp", "2", "--pp", "1", "--pue", "1.2"),
                      "need --train-tokens")
