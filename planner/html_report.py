@@ -67,6 +67,21 @@ def _table(plans: Sequence[Plan]) -> str:
             + "".join(rows) + "</tbody></table>")
 
 
+def _changes_table(exp: Explanation, limit: int = 12) -> str:
+    """The winner's one-knob neighbours, re-estimated: what each trades for what."""
+    rows = []
+    for c in exp.changes[:limit]:
+        e = c.plan.estimate
+        rows.append(f"<tr><td class=\"layout\">{html.escape(c.what)}</td>"
+                    f"<td>{c.d_step_rel:+.1%}</td><td>{c.d_peak_gb:+.1f}</td>"
+                    f"<td>{e.peak_mem_gb:.1f}</td><td>{'yes' if e.fits else 'no'}</td>"
+                    f"<td class=\"layout\">{html.escape(c.main_term)}</td></tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("change", "step time", "peak GiB change",
+                                             "peak GiB", "fits", "what moves"))
+    return (f'<table class="plans" id="changes"><thead><tr>{head}</tr></thead><tbody>'
+            + "".join(rows) + "</tbody></table>")
+
+
 def html_report(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, ranked: Sequence[Plan],
                 top: int, exp: Explanation, notes: Sequence[str], title: str,
                 groups: Mapping[str, Sequence[Plan]] | None = None) -> str:
@@ -94,6 +109,8 @@ def html_report(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, ranked: Se
         f"<h2>Ranked plans (top {min(top, len(ranked))})</h2>", _table(ranked[:top]),
         "<h2>Why the winner wins</h2>",
         f'<pre id="explanation">{html.escape(chr(10).join([*exp.lines(), *notes]))}</pre>',
+        f"<h2>One change at a time (the winner's {min(12, len(exp.changes))} fastest "
+        "neighbours, re-estimated)</h2>", _changes_table(exp),
         "<h2>Figures</h2>",
     ]
     for name, fig, caption in figs:

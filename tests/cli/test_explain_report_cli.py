@@ -166,7 +166,9 @@ def test_report_is_self_contained(report_html: Path):
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text), "fetches something"
     assert "<script" not in text
     assert text.count('class="figure"') == 3
-    assert text.count("<tr") == 1 + 5  # header + the top 5 plans
+    plans = text.split('id="plans"', 1)[1].split("</table>", 1)[0]
+    assert plans.count("<tr") == 1 + 5  # header + the top 5 plans
+    assert 'id="changes"' in text
 
 
 def _browser(binary: str, tmp: Path, *args: str) -> subprocess.CompletedProcess:
@@ -187,7 +189,8 @@ def test_report_renders_in_headless_chromium(report_html: Path, tmp_path: Path):
     assert dom.returncode == 0, dom.stderr[-2000:]
     html = dom.stdout
     assert '<table class="plans" id="plans">' in html
-    assert len(re.findall(r"<tr[ >]", html)) == 6
+    table = html.split('id="plans"', 1)[1].split("</table>", 1)[0]
+    assert len(re.findall(r"<tr[ >]", table)) == 6
     for name in ("schedule", "memory", "pareto"):
         block = html.split(f'id="fig-{name}"', 1)[1][:3000]
         assert "<svg" in block or 'src="data:image/png;base64,' in block, name
