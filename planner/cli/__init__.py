@@ -35,6 +35,7 @@ COMMANDS = {
     "calibrate": "planner.cli.calibrate",
     "explain": "planner.cli.explain",
     "report": "planner.cli.explain",
+    "export": "planner.cli.export",
 }
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import typer
 
+from planner.cli.launch import ConfigOpt, MaybeClusterOpt, MaybeModelOpt, inputs
 from planner.cli.options import (
     AttentionChoice,
     AttentionOpt,
-    ClusterOpt,
     CpOpt,
     CsvOpt,
     DpOpt,
@@ -28,7 +28,6 @@ from planner.cli.options import (
     GradDtypeOpt,
     JsonOpt,
     MbsOpt,
-    ModelOpt,
     MtbfOpt,
     P2pOverlapOpt,
     PpOpt,
@@ -48,7 +47,7 @@ from planner.cli.options import (
     VppOpt,
     ZeroOpt,
     check_lr_options,
-    load_inputs,
+    layout_pins,
     run_inputs,
     with_runs,
 )
@@ -70,8 +69,10 @@ ESTIMATE_HELP = (
 
 @app.command("estimate", help=ESTIMATE_HELP)
 def estimate_cmd(
-    model: ModelOpt,
-    cluster: ClusterOpt,
+    ctx: typer.Context,
+    model: MaybeModelOpt = None,
+    cluster: MaybeClusterOpt = None,
+    config: ConfigOpt = None,
     tp: TpOpt = None,
     pp: PpOpt = None,
     dp: DpOpt = None,
@@ -104,12 +105,17 @@ def estimate_cmd(
     from planner.costmodel import estimate
     from planner.plan import Plan
 
+    recipe = dict(precision=precision, attention=attention, grad_dtype=grad_dtype,
+                  tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap)
+    flags = layout_pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero,
+                        recompute=recompute, sp=sp)
+    # with --config, its layout; the flags typed override it
+    model_spec, cluster_spec, job, pins, _ = inputs(ctx, config, model, cluster, profile,
+                                                    seq_len, global_batch, recipe, flags)
+    tp, pp, dp, cp, ep, vpp, mbs, zero, recompute, sp = (pins.get(k) for k in (
+        "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp"))
     if tp is None or pp is None:
         raise LayoutError("estimate needs --tp and --pp (use `planner solve` to search them)")
-    model_spec, cluster_spec, job = load_inputs(
-        model, cluster, profile, seq_len, global_batch, precision, attention, grad_dtype,
-        tp_comm_overlap, p2p_overlap,
-    )
     run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
     check_lr_options(ref_lr, ref_batch)
     layout = default_layout(cluster_spec.num_gpus, str(cluster_spec), tp=tp, pp=pp, dp=dp, cp=cp,

@@ -18,10 +18,18 @@ from typing import Annotated
 
 import typer
 
+from planner.cli.launch import (
+    ConfigOpt,
+    ExportOpt,
+    MaybeClusterOpt,
+    MaybeModelOpt,
+    OutOpt,
+    inputs,
+    write_export,
+)
 from planner.cli.options import (
     AttentionChoice,
     AttentionOpt,
-    ClusterOpt,
     CpOpt,
     CsvOpt,
     DpOpt,
@@ -32,7 +40,6 @@ from planner.cli.options import (
     GradDtypeOpt,
     JsonOpt,
     MbsOpt,
-    ModelOpt,
     MtbfOpt,
     P2pOverlapOpt,
     PpOpt,
@@ -53,7 +60,6 @@ from planner.cli.options import (
     ZeroOpt,
     check_lr_options,
     layout_pins,
-    load_inputs,
     run_inputs,
     with_runs,
 )
@@ -80,8 +86,10 @@ ProfileOutOpt = Annotated[
 
 @app.command("solve")
 def solve_cmd(
-    model: ModelOpt,
-    cluster: ClusterOpt,
+    ctx: typer.Context,
+    model: MaybeModelOpt = None,
+    cluster: MaybeClusterOpt = None,
+    config: ConfigOpt = None,
     tp: TpOpt = None,
     pp: PpOpt = None,
     dp: DpOpt = None,
@@ -113,17 +121,25 @@ def solve_cmd(
     calibrate: CalibrateOpt = None,
     runs: RunsOpt = Path("runs.jsonl"),
     profile_out: ProfileOutOpt = None,
+    export: ExportOpt = None,
+    out: OutOpt = None,
 ) -> None:
     """Search the layouts (CP-SAT) and print the best that fit, ranked by predicted step time."""
     from planner.search import solve
 
-    model_spec, cluster_spec, job = load_inputs(
-        model, cluster, profile, seq_len, global_batch, precision, attention, grad_dtype,
-        tp_comm_overlap, p2p_overlap,
-    )
     pins = layout_pins(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp
     )
+    if out is not None and export is None:
+        from planner.errors import SpecError
+
+        raise SpecError("--out goes with --export LAUNCHER")
+    recipe = dict(precision=precision, attention=attention, grad_dtype=grad_dtype,
+                  tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap)
+    # with --config, the config's layout is the one to compare; only typed flags are pinned
+    model_spec, cluster_spec, job, current_pins, resolved = inputs(
+        ctx, config, model, cluster, profile, seq_len, global_batch, recipe, pins)
+    comparison = None
     run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
     check_lr_options(ref_lr, ref_batch)
     loop = None
@@ -133,19 +149,32 @@ def solve_cmd(
         loop = closed_loop(model_spec, cluster_spec, job, pins, calibrate, runs, top_k=top,
                            profile_out=profile_out)
         plans = loop.plans_after
+    elif resolved is not None:
+        from planner.launchers.solve_config import compare_config
+
+        plans, comparison = compare_config(model_spec, cluster_spec, job, pins, current_pins,
+                                           top)
     else:
         plans = solve(model_spec, cluster_spec, job, pins, top_k=top)
     plans = with_runs(plans, model_spec, cluster_spec, run_in)
     from planner import report
 
+    if export is not None:
+        write_export(export, model_spec, cluster_spec, job, plans[0], out)
+
     if csv is not None:
         report.write_plans_csv(plans, csv)
     if as_json:
-        typer.echo(report.plans_json(plans))
+        if comparison is None:
+            typer.echo(report.plans_json(plans))
+        else:
+            from planner.launchers.solve_config import comparison_json
+
+            typer.echo(comparison_json(plans, comparison))
         return
     from rich.console import Console
 
-    console = Console()
+    console = Console(stderr=export is not None and out is None)
     pinned = " ".join(f"{k}={v}" for k, v in pins.items())
     title = (
         f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), seq {job.seq_len}, "
@@ -165,6 +194,11 @@ def solve_cmd(
             f"plans 1-{tied} cannot be told apart: their step times lie within the profile's "
             f"+/-{rel:.0%} band of the best" if rel else f"plans 1-{tied} tie on step time"
         )
+    if comparison is not None:
+        from planner.launchers.compare import describe
+
+        for line in describe(comparison):
+            console.print(line)
     if loop is not None:
         from planner.calibrate.report import print_fit
 

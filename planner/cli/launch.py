@@ -1,0 +1,97 @@
+"""Options and helpers for the launchers (planner.launchers) that export, solve and estimate
+share: --config (read a launcher config, typed flags override it), --export/--out, --to, --rank.
+Registers no command (main() imports only the command being run).
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from planner.cli.options import load_inputs
+
+
+class LauncherChoice(str, Enum):
+    megatron = "megatron"
+    nemo = "nemo"
+    torchtitan = "torchtitan"
+    deepspeed = "deepspeed"
+
+
+MaybeModelOpt = Annotated[str | None, typer.Option(
+    "--model", "-m", help="Built-in name/alias, spec YAML, or HF config.json (default with "
+    "--config: the config's model).")]
+MaybeClusterOpt = Annotated[str | None, typer.Option(
+    "--cluster", "-c", help="NxGPU, NODESxPERNODExGPU, or a cluster YAML; with --config a bare "
+    "GPU name (H100) takes the config's GPU count.")]
+ConfigOpt = Annotated[Path | None, typer.Option(
+    "--config", help="A launcher config to start from (Megatron-LM arguments or script, "
+    "NeMo/Megatron-Bridge YAML, torchtitan config, DeepSpeed JSON or script; detected by "
+    "content): its model and layout, flags override.")]
+ToOpt = Annotated[LauncherChoice, typer.Option("--to", help="The launcher to write for.")]
+ExportOpt = Annotated[LauncherChoice | None, typer.Option(
+    "--export", help="Also write the winner as this launcher's configuration (see --out).")]
+OutOpt = Annotated[Path | None, typer.Option(
+    "--out", help="Write the launcher configuration here (stdout otherwise).")]
+RankOpt = Annotated[int, typer.Option("--rank", min=1, help="Which ranked plan to write.")]
+
+RECIPE_OPTIONS = ("precision", "attention", "grad_dtype", "tp_comm_overlap", "p2p_overlap")
+
+
+def given(ctx: typer.Context, names: tuple[str, ...]) -> set[str]:
+    """The options the user typed (not left at their default)."""
+    from click.core import ParameterSource
+
+    return {n for n in names if ctx.get_parameter_source(n) not in (ParameterSource.DEFAULT,
+                                                                    None)}
+
+
+def inputs(ctx: typer.Context, config: Path | None, model: str | None, cluster: str | None,
+           profile: Path | None, seq_len: int | None, global_batch: int | None,
+           recipe: dict[str, Any], pins: dict[str, Any]):
+    """(model, cluster, job, pins, resolved-or-None): from the flags alone, or from --config with
+    the flags that were typed overriding it."""
+    from planner.errors import SpecError
+
+    unwrap = {k: (v.value if isinstance(v, Enum) else v) for k, v in recipe.items()}
+    if config is None:
+        if model is None or cluster is None:
+            raise SpecError("give --model and --cluster (or --config with a launcher config)")
+        model_spec, cluster_spec, job = load_inputs(
+            model, cluster, profile, seq_len, global_batch, *(recipe[k] for k in RECIPE_OPTIONS))
+        return model_spec, cluster_spec, job, pins, None
+    from planner.launchers import read_config, resolve
+    from planner.registry import load_gpu
+
+    imported = read_config(config)
+    typed = given(ctx, RECIPE_OPTIONS)
+    job_overrides = {k: unwrap[k] for k in typed}
+    job_overrides.update(seq_len=seq_len, global_batch=global_batch)
+    gpu = load_gpu(str(profile)) if profile is not None else None
+    resolved = resolve(imported, model, cluster, gpu, job_overrides, pins)
+    return resolved.model, resolved.cluster, resolved.job, resolved.pins, resolved
+
+
+def write_export(launcher: LauncherChoice | str, model_spec, cluster_spec, job, plan,  # noqa: ANN001
+                 out: Path | None) -> None:
+    """Write plan's layout as the launcher's config to `out` (atomically) or stdout; warnings on
+    stderr."""
+    from planner.io import write_text_atomic
+    from planner.launchers import LaunchPlan, export_plan
+
+    name = launcher.value if isinstance(launcher, Enum) else launcher
+    result = export_plan(name, LaunchPlan(model_spec, cluster_spec, job, plan.layout,
+                                          plan.estimate.step_time_s))
+    for warning in result.warnings:
+        print(f"warning: {name}: {warning}", file=sys.stderr)
+    if out is None:
+        sys.stdout.write(result.text)
+    else:
+        write_text_atomic(out, result.text)
+        print(f"wrote {out} ({name})", file=sys.stderr)
+
+

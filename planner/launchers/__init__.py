@@ -1,0 +1,141 @@
+"""Speak the launchers' language: export a plan as Megatron-LM, NeMo / Megatron-Bridge,
+torchtitan or DeepSpeed configuration, read such a configuration back (`--config`), and read
+their training logs (planner.launchers.logs).
+
+    export_plan("megatron", LaunchPlan(model, cluster, job, layout)) -> Export
+    read_config(path) -> Imported              launcher detected by content
+    resolve(imported, model=..., cluster=...)  -> Resolved(model, cluster, job, pins)
+
+One module per launcher (megatron, nemo, torchtitan, deepspeed), each with its checked-in list of
+known keys (known_keys/*.txt, the source file and commit in the header) that every export is
+validated against.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from planner.errors import LayoutError, SpecError
+from planner.launchers.common import Export, Imported, LaunchPlan, model_from_shape
+from planner.specs import ClusterSpec, JobSpec, ModelSpec
+
+LAUNCHERS = ("megatron", "nemo", "torchtitan", "deepspeed")
+
+__all__ = ["LAUNCHERS", "Export", "Imported", "LaunchPlan", "Resolved", "detect", "export_plan",
+           "module", "read_config", "resolve"]
+
+
+def module(launcher: str) -> ModuleType:
+    """The launcher's module; SpecError naming the choices otherwise."""
+    import importlib
+
+    if launcher not in LAUNCHERS:
+        raise SpecError(f"unknown launcher '{launcher}'; choose one of {', '.join(LAUNCHERS)}")
+    return importlib.import_module(f"planner.launchers.{launcher}")
+
+
+def export_plan(launcher: str, plan: LaunchPlan) -> Export:
+    """The plan as the launcher's configuration text (keys validated against its list)."""
+    return module(launcher).export(plan)
+
+
+def detect(text: str, path: str) -> str:
+    """Which launcher wrote this config, by content (DeepSpeed before Megatron: a
+    Megatron-DeepSpeed script carries Megatron's argument names too)."""
+    for name in ("deepspeed", "torchtitan", "nemo", "megatron"):
+        if module(name).looks_like(text, path):
+            return name
+    raise SpecError(f"{path}: not a launcher config this planner reads (Megatron-LM arguments "
+                    "or script, NeMo/Megatron-Bridge YAML, torchtitan config, DeepSpeed JSON)")
+
+
+def read_config(path: str | Path) -> Imported:
+    """Read a launcher config: model shape, layout, job recipe and GPU counts it states."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read config {path}: {exc.strerror}") from None
+    return module(detect(text, str(path))).read(text, str(path))
+
+
+@dataclass
+class Resolved:
+    """Specs and layout pins from a config with the command line's overrides applied."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    job: JobSpec
+    pins: dict[str, Any]
+    imported: Imported
+    notes: list[str] = field(default_factory=list)
+
+
+def _cluster(imported: Imported, cluster: str | None, profile: Any) -> ClusterSpec:
+    """--cluster as given; a bare GPU name takes the config's node shape or GPU count."""
+    from planner.registry import parse_cluster
+
+    if cluster is None:
+        raise SpecError(f"{imported.path} does not name the GPU type: give --cluster (a bare "
+                        "GPU name such as H100 takes the config's GPU count)")
+    if re.match(r"^\d+x", cluster.strip().lower()) or cluster.endswith((".yaml", ".yml",
+                                                                         ".json")):
+        return parse_cluster(cluster, profile=profile)
+    if imported.num_nodes and imported.gpus_per_node:
+        return parse_cluster(f"{imported.num_nodes}x{imported.gpus_per_node}x{cluster}",
+                             profile=profile)
+    n = imported.world_size()
+    if not n:
+        raise SpecError(f"{imported.path} does not say how many GPUs: give --cluster NxGPU")
+    return parse_cluster(f"{n}x{cluster}", profile=profile)
+
+
+def resolve(imported: Imported, model: str | None, cluster: str | None, profile: Any = None,
+            job_overrides: dict[str, Any] | None = None,
+            pin_overrides: dict[str, Any] | None = None) -> Resolved:
+    """The config's model, cluster, job and pins, each overridden by what the command line
+    gives (`model`, `cluster`, job fields, layout pins). dp is derived from the GPU count."""
+    from planner.registry import load_model
+
+    notes = list(imported.notes)
+    job_fields = {k: v for k, v in imported.job.items()}
+    job_fields.update({k: v for k, v in (job_overrides or {}).items() if v is not None})
+    if model is not None:
+        model_spec = load_model(model)
+    elif imported.model_name:
+        model_spec = load_model(imported.model_name)
+    elif imported.shape:
+        model_spec = model_from_shape(imported.shape, Path(imported.path).stem,
+                                      job_fields.get("seq_len"), job_fields.get("global_batch"))
+    else:
+        raise SpecError(f"{imported.path} states no model shape: give --model")
+    cluster_spec = _cluster(imported, cluster, profile)
+    pins = dict(imported.pins)
+    pins.update({k: v for k, v in (pin_overrides or {}).items() if v is not None})
+    per_stage = imported.deferred.get("layers_per_stage")
+    if per_stage and "vpp" not in pins and pins.get("pp", 1) > 1:
+        pins["vpp"] = max(1, model_spec.num_hidden_layers // (pins["pp"] * per_stage))
+    n = cluster_spec.num_gpus
+    inner = math.prod(pins.get(k, 1) for k in ("tp", "pp", "cp"))
+    if n % inner:
+        raise LayoutError(f"tp*pp*cp = {inner} from {imported.path} does not divide the {n} GPUs "
+                          f"of {cluster_spec}")
+    if "dp" not in pins:
+        pins["dp"] = n // inner
+    if pins["dp"] * inner != n:
+        raise LayoutError(f"{imported.path}: tp*pp*dp*cp = {pins['dp'] * inner} but the cluster "
+                          f"{cluster_spec} has {n} GPUs; give --dp or --cluster")
+    local = imported.deferred.get("local_batch_size")
+    if local and "global_batch" not in job_fields:
+        job_fields["global_batch"] = local * pins["dp"]
+    job_fields.setdefault("seq_len", model_spec.seq_len)
+    job_fields.setdefault("global_batch", model_spec.global_batch)
+    from planner.registry import validate_as
+
+    job = validate_as(JobSpec, job_fields, f"job read from {imported.path}")
+    return Resolved(model_spec, cluster_spec, job, pins, imported, notes)

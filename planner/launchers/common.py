@@ -1,0 +1,187 @@
+"""What every launcher module shares: the plan being exported, the result of an export, what a
+launcher config says when read back, the checked-in known-key lists, and the model-shape rules.
+
+A launcher module (megatron, nemo, torchtitan, deepspeed) has:
+
+    export(plan: LaunchPlan) -> Export          its own configuration text, the keys it set
+    read(text: str, path: str) -> Imported      model shape, layout, job recipe and GPU counts
+    looks_like(text: str, path: str) -> bool    content detection for `--config`
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from planner.errors import SpecError
+from planner.layout import Layout
+from planner.specs import ClusterSpec, JobSpec, ModelSpec
+
+# ModelSpec fields a launcher config states (HuggingFace names); the rest keep ModelSpec defaults.
+SHAPE_FIELDS = (
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "intermediate_size", "vocab_size", "activation", "norm", "tie_word_embeddings",
+    "position_embedding", "linear_bias", "num_experts", "num_experts_per_tok",
+    "moe_intermediate_size", "num_shared_experts", "q_lora_rank", "kv_lora_rank",
+    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+)
+# JobSpec recipe fields an export can carry; each launcher says which it expresses.
+RECIPE_FIELDS = ("precision", "attention", "grad_dtype", "grad_overlap", "tp_comm_overlap",
+                 "p2p_overlap")
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """One layout of one model on one cluster for one job: what an export writes."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    job: JobSpec
+    layout: Layout
+    step_time_s: float | None = None  # the prediction, quoted in the header comment
+
+    @property
+    def grad_accum(self) -> int:
+        """Micro-batches per DP rank per step."""
+        return self.layout.grad_accum(self.job.global_batch)
+
+    def header(self, comment: str = "#") -> list[str]:
+        """Comment lines that say what was planned (model, cluster, layout, prediction)."""
+        lines = [
+            f"{comment} planner export: {self.model.name} on {self.cluster} "
+            f"({self.cluster.num_gpus} GPUs), seq {self.job.seq_len}, global batch "
+            f"{self.job.global_batch}, {self.job.precision}",
+            f"{comment} layout {self.layout} (grad_accum {self.grad_accum})"
+            + (f", predicted step time {self.step_time_s:.3f} s" if self.step_time_s else ""),
+        ]
+        return lines
+
+
+@dataclass
+class Export:
+    """A launcher configuration: its text, the launcher keys it sets (validated against the
+    checked-in list), and what the launcher cannot express (also written as comments)."""
+
+    launcher: str
+    text: str
+    keys: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Imported:
+    """What a launcher config says. `shape` holds ModelSpec fields, `pins` layout knobs, `job`
+    JobSpec fields; a key absent is not stated. `model_name` is a built-in name the config
+    names (torchtitan flavors); GPU counts come from the launch line when it has one."""
+
+    launcher: str
+    path: str
+    shape: dict[str, Any] = field(default_factory=dict)
+    pins: dict[str, Any] = field(default_factory=dict)
+    job: dict[str, Any] = field(default_factory=dict)
+    model_name: str | None = None
+    num_nodes: int | None = None
+    gpus_per_node: int | None = None
+    num_gpus: int | None = None
+    notes: list[str] = field(default_factory=list)
+    # facts that need the model or the GPU count to become pins (layers_per_stage: virtual
+    # stages = layers / (pp x it); local_batch_size: global batch = it x dp)
+    deferred: dict[str, int] = field(default_factory=dict)
+    # the software that wrote it ("Megatron-LM", "NeMo/Megatron-Bridge", ...): the seam where the
+    # stack presets (planner/stacks.py) can pick their stack from a config or a log
+    framework: str = ""
+
+    def world_size(self) -> int | None:
+        """GPUs of the launch: the launch line's nodes x GPUs per node, else the degrees'
+        product when tp, pp, dp and cp are all stated."""
+        if self.num_gpus:
+            return self.num_gpus
+        if self.num_nodes and self.gpus_per_node:
+            return self.num_nodes * self.gpus_per_node
+        if all(k in self.pins for k in ("tp", "pp", "dp")):
+            return math.prod(self.pins.get(k, 1) for k in ("tp", "pp", "dp", "cp"))
+        return None
+
+
+# ---- known keys -------------------------------------------------------------------------------
+
+@cache
+def known_keys(name: str) -> frozenset[str]:
+    """The checked-in key list planner/launchers/known_keys/NAME.txt (comments say its source)."""
+    text = resources.files("planner.launchers").joinpath("known_keys", f"{name}.txt").read_text()
+    return frozenset(line.strip() for line in text.splitlines()
+                     if line.strip() and not line.startswith("#"))
+
+
+def unknown_keys(name: str, keys: list[str]) -> list[str]:
+    """Keys the launcher's list does not hold (an export must have none)."""
+    known = known_keys(name)
+    return [k for k in keys if k not in known]
+
+
+# ---- model shape ------------------------------------------------------------------------------
+
+def _same(model: ModelSpec, key: str, value: Any) -> bool:
+    if key == "num_key_value_heads":
+        return model.kv_heads == (value or model.num_attention_heads)
+    if key == "head_dim":
+        return model.head_size == (value or model.hidden_size // model.num_attention_heads)
+    return getattr(model, key) == value
+
+
+def model_from_shape(shape: dict[str, Any], name: str, seq_len: int | None = None,
+                     global_batch: int | None = None) -> ModelSpec:
+    """The built-in model whose every stated field matches `shape` (so names and sources carry
+    over), else a ModelSpec built from the shape. SpecError when the shape lacks what a model
+    needs (layers, hidden, heads, FFN, vocabulary)."""
+    from planner.registry import builtin_models, validate_as
+
+    need = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
+            "vocab_size")
+    missing = [k for k in need if not shape.get(k)]
+    if missing:
+        raise SpecError(f"{name}: the config does not state {', '.join(missing)}; give --model")
+    for model in builtin_models().values():
+        if all(_same(model, k, v) for k, v in shape.items()):
+            return model
+    data = {k: v for k, v in shape.items() if v is not None}
+    data.update(name=name, seq_len=seq_len or 2048, global_batch=global_batch or 1)
+    return validate_as(ModelSpec, data, f"model shape read from {name}")
+
+
+def shape_of(model: ModelSpec) -> dict[str, Any]:
+    """The SHAPE_FIELDS of a model, as it states them."""
+    return {k: getattr(model, k) for k in SHAPE_FIELDS}
+
+
+# ---- small text helpers -----------------------------------------------------------------------
+
+def as_int(value: Any) -> int | None:
+    """An int from a config value ('8', 8, 8.0), None otherwise."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number.is_integer() else None
+
+
+def as_bool(value: Any) -> bool | None:
+    """A bool from a config value (true/false/True/1/0/yes/no), None otherwise."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", "none", "null"):
+        return False
+    return None
+
+
+def json_text(data: Any) -> str:
+    return json.dumps(data, indent=2) + "\n"

@@ -1,0 +1,395 @@
+"""Megatron-LM: a runnable launch script (torchrun + pretrain_gpt.py arguments), and reading one.
+
+Option names are Megatron-LM's own: megatron/training/arguments.py at NVIDIA/Megatron-LM commit
+d98e8a64ddf34856e74b24714e3bedb2f5a39553 (2026-08-22); the full list is
+known_keys/megatron_lm.txt. The script's shape follows examples/gpt3/train_gpt3_175b_distributed.sh
+of the same commit (CUDA_DEVICE_MAX_CONNECTIONS=1, torchrun's node arguments, pretrain_gpt.py).
+The argument reader is shared with Megatron-DeepSpeed (planner.launchers.deepspeed), whose
+pretrain_gpt.py takes the same Megatron names for the model and the layout.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from planner.launchers.common import (
+    Export,
+    Imported,
+    LaunchPlan,
+    as_int,
+    unknown_keys,
+)
+
+NAME = "megatron"
+KEYS = "megatron_lm"
+SOURCE = "NVIDIA/Megatron-LM megatron/training/arguments.py @ d98e8a64ddf3 (2026-08-22)"
+ATTENTION_BACKEND = {"flash": "flash", "cudnn": "fused", "unfused": "unfused"}  # AttnBackend enum
+NORMALIZATION = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}  # --normalization choices
+POSITION = {"rope": "rope", "learned": "learned_absolute", "none": "none", "alibi": None}
+
+
+def model_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
+    """The model's shape as Megatron arguments (shared with Megatron-DeepSpeed)."""
+    m = plan.model
+    args: list[tuple[str, Any]] = [
+        ("--num-layers", m.num_hidden_layers),
+        ("--hidden-size", m.hidden_size),
+        ("--ffn-hidden-size", m.intermediate_size),
+        ("--num-attention-heads", m.num_attention_heads),
+    ]
+    if m.kv_heads != m.num_attention_heads:
+        args += [("--group-query-attention", True), ("--num-query-groups", m.kv_heads)]
+    if m.head_dim and m.head_dim != m.hidden_size // m.num_attention_heads:
+        args.append(("--kv-channels", m.head_dim))
+    args += [
+        ("--seq-length", plan.job.seq_len),
+        ("--max-position-embeddings", max(plan.job.seq_len, m.max_position_embeddings or 0)),
+        ("--vocab-size", m.vocab_size),
+    ]
+    if m.activation == "swiglu":
+        args.append(("--swiglu", True))
+    elif m.activation not in ("gelu",):
+        warnings.append(f"activation {m.activation} has no Megatron flag; GeLU is the default")
+    args.append(("--normalization", NORMALIZATION[m.norm]))
+    position = POSITION.get(m.position_embedding)
+    if position is None:
+        warnings.append(f"position embedding {m.position_embedding} has no Megatron choice")
+    else:
+        args.append(("--position-embedding-type", position))
+    if not m.tie_word_embeddings:
+        args.append(("--untie-embeddings-and-output-weights", True))
+    if not m.linear_bias:
+        args.append(("--disable-bias-linear", True))
+    if m.is_moe:
+        args += [("--num-experts", m.num_experts), ("--moe-router-topk", m.num_experts_per_tok),
+                 ("--moe-ffn-hidden-size", m.expert_ffn)]
+        if m.num_shared_experts:
+            args.append(("--moe-shared-expert-intermediate-size",
+                         m.num_shared_experts * m.expert_ffn))
+        if m.first_k_dense_replace or m.moe_layer_freq != 1:
+            pattern = [int(m.is_moe_layer(i)) for i in range(m.num_hidden_layers)]
+            args.append(("--moe-layer-freq", "([" + ",".join(map(str, pattern)) + "])"))
+    if m.is_mla:
+        args += [("--multi-latent-attention", True), ("--kv-lora-rank", m.kv_lora_rank),
+                 ("--qk-head-dim", m.qk_nope_head_dim), ("--qk-pos-emb-head-dim",
+                                                         m.qk_rope_head_dim),
+                 ("--v-head-dim", m.v_head_dim)]
+        if m.q_lora_rank:
+            args.append(("--q-lora-rank", m.q_lora_rank))
+    return args
+
+
+def layout_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
+    """Degrees, batch, sharding, recomputation, precision and overlap as Megatron-LM arguments."""
+    lay, job = plan.layout, plan.job
+    args: list[tuple[str, Any]] = [
+        ("--tensor-model-parallel-size", lay.tp),
+        ("--pipeline-model-parallel-size", lay.pp),
+    ]
+    if lay.vpp > 1:
+        # current form; older releases take --num-layers-per-virtual-pipeline-stage L/(pp*vpp)
+        args.append(("--num-virtual-stages-per-pipeline-rank", lay.vpp))
+    if lay.cp > 1:
+        args.append(("--context-parallel-size", lay.cp))
+    if lay.ep > 1:
+        args.append(("--expert-model-parallel-size", lay.ep))
+    args += [("--micro-batch-size", lay.mbs), ("--global-batch-size", job.global_batch)]
+    if lay.sp:
+        args.append(("--sequence-parallel", True))
+    if lay.zero == 1:
+        args.append(("--use-distributed-optimizer", True))  # ZeRO-1: optimizer state sharded
+    elif lay.zero in (2, 3):
+        # Megatron-FSDP: DistributedDataParallelConfig.data_parallel_sharding_strategy
+        # ('optim_grads' = ZeRO-2, 'optim_grads_params' = ZeRO-3)
+        args += [("--use-megatron-fsdp", True), ("--data-parallel-sharding-strategy",
+                                                 "optim_grads" if lay.zero == 2 else
+                                                 "optim_grads_params")]
+    if job.grad_overlap:  # Megatron's default is off: the reduction after the backward
+        args.append(("--overlap-grad-reduce", True))
+        if lay.zero >= 1:
+            args.append(("--overlap-param-gather", True))
+    if lay.recompute == "selective":
+        args.append(("--recompute-granularity", "selective"))
+    elif lay.recompute == "full":
+        args += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
+                 ("--recompute-num-layers", 1)]
+    elif lay.recompute == "offload":
+        warnings.append(
+            "recompute=offload (every layer's activations to host memory) has no pretrain_gpt.py "
+            "flag at this commit (TransformerConfig.cpu_offloading is not on the command line); "
+            "set cpu_offloading=True, cpu_offloading_activations=True in a YAML config")
+    args += precision_args(plan, warnings)
+    args.append(("--attention-backend", ATTENTION_BACKEND[job.attention]))
+    if job.tp_comm_overlap:
+        args.append(("--tp-comm-overlap", True))
+    if lay.vpp > 1 and not job.p2p_overlap:
+        args.append(("--no-overlap-p2p-communication", True))
+    return args
+
+
+def precision_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
+    job = plan.job
+    if job.precision == "fp16":
+        args: list[tuple[str, Any]] = [("--fp16", True)]
+    else:
+        args = [("--bf16", True)]
+    if job.precision == "fp8":
+        # Transformer Engine FP8: E4M3 forward, E5M2 gradients ('hybrid'); the scaling recipe
+        # keeps Megatron's default (--fp8-recipe delayed)
+        args.append(("--fp8-format", "hybrid"))
+    if job.grad_dtype == "half":
+        args.append(("--grad-reduce-in-bf16", True))
+    elif job.grad_dtype == "fp32":
+        args.append(("--accumulate-allreduce-grads-in-fp32", True))
+    elif job.grad_dtype == "half+fp32":
+        warnings.append("grad_dtype half+fp32 is DeepSpeed's BF16_Optimizer; Megatron keeps fp32 "
+                        "main gradients")
+    if job.software != "current":
+        warnings.append(f"software {job.software} is not Megatron-LM")
+    return args
+
+
+def format_args(args: list[tuple[str, Any]], indent: str = "    ") -> list[str]:
+    """One `--flag value \\` line per argument (flags without a value for True)."""
+    lines = []
+    for key, value in args:
+        text = key if value is True else f"{key} {shlex.quote(str(value))}"
+        lines.append(f"{indent}{text} \\")
+    return lines
+
+
+def export(plan: LaunchPlan) -> Export:
+    """A bash launch script: torchrun's node arguments, then pretrain_gpt.py's arguments."""
+    warnings: list[str] = []
+    args = model_args(plan, warnings) + layout_args(plan, warnings)
+    args.append(("--tokenizer-type", "NullTokenizer"))
+    cluster = plan.cluster
+    lines = ["#!/bin/bash", *plan.header(),
+             f"# Megatron-LM option names: {SOURCE}; shape of examples/gpt3/"
+             "train_gpt3_175b_distributed.sh.",
+             "# NullTokenizer with --vocab-size benchmarks the layout; replace it with your "
+             "tokenizer and data arguments (--data-path, --tokenizer-model, ...) and add the "
+             "optimizer's (--lr, --train-iters, ...).",
+             *[f"# WARNING: {w}" for w in warnings],
+             "set -euo pipefail",
+             "export CUDA_DEVICE_MAX_CONNECTIONS=1",
+             f"GPUS_PER_NODE={cluster.gpus_per_node}",
+             f"NUM_NODES={cluster.num_nodes}",
+             "NODE_RANK=${NODE_RANK:-0}",
+             "MASTER_ADDR=${MASTER_ADDR:-localhost}",
+             "MASTER_PORT=${MASTER_PORT:-29500}",
+             "",
+             "torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NUM_NODES --node_rank $NODE_RANK "
+             "--master_addr $MASTER_ADDR --master_port $MASTER_PORT \\",
+             "  pretrain_gpt.py \\",
+             *format_args(args),
+             '    "$@"', ""]
+    keys = [k for k, _ in args]
+    bad = unknown_keys(KEYS, keys)
+    if bad:
+        raise RuntimeError(f"Megatron-LM export uses options the argument list lacks: {bad}")
+    return Export(NAME, "\n".join(lines), keys, warnings)
+
+
+# ---- reading arguments --------------------------------------------------------------------------
+
+_ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+
+
+def _variables(text: str) -> dict[str, str]:
+    """Simple shell assignments NAME=value (first word of the value, ${NAME:-default} kept as
+    its default), for resolving $NAME in arguments."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        m = _ASSIGN.match(line)
+        if not m or m.group(2).startswith("("):
+            continue
+        try:
+            words = shlex.split(m.group(2), comments=True)
+        except ValueError:
+            continue
+        if words:
+            value = words[0]
+            d = re.fullmatch(r"\$\{[A-Za-z_][A-Za-z0-9_]*:-([^}]*)\}", value)
+            out[m.group(1)] = d.group(1) if d else value
+    return out
+
+
+def _resolve(word: str, variables: dict[str, str]) -> str:
+    def sub(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        return variables.get(name, m.group(0))
+
+    for _ in range(3):
+        word = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)", sub, word)
+    return word
+
+
+def parse_args_text(text: str) -> dict[str, Any]:
+    """Every `--flag [value]` of a script or an argument list: value or True; $VARS resolved
+    from the script's simple assignments, later flags win. Bash arrays and heredocs are read as
+    words; a heredoc's body (e.g. a ds_config) is skipped."""
+    variables = _variables(text)
+    text = re.sub(r"<<-?\s*'?(\w+)'?.*?\n.*?\n\1\s*\n", "\n", text, flags=re.S)  # heredocs
+    text = text.replace("\\\n", " ")
+    out: dict[str, Any] = {}
+    for line in text.splitlines():
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            continue
+        words = [_resolve(w, variables) for w in words]
+        for i, word in enumerate(words):
+            if not word.startswith("--") or len(word) < 3:
+                continue
+            key, eq, value = word.partition("=")
+            if eq:
+                out[key] = value
+            elif i + 1 < len(words) and not words[i + 1].startswith("--") and \
+                    words[i + 1] not in (")", "\\", "$@", "$*", "|", "&&", ";"):
+                out[key] = words[i + 1]
+            else:
+                out[key] = True
+    return out
+
+
+def _flag(args: dict[str, Any], *names: str) -> bool:
+    return any(args.get(n) is True or str(args.get(n, "")).lower() == "true" for n in names)
+
+
+def read_args(args: dict[str, Any], imported: Imported) -> Imported:
+    """Model shape, layout and recipe from Megatron argument names (Megatron-LM and
+    Megatron-DeepSpeed), with Megatron-LM's defaults for what the list leaves out."""
+    shape, pins, job = imported.shape, imported.pins, imported.job
+    for flag, key in (("--num-layers", "num_hidden_layers"), ("--hidden-size", "hidden_size"),
+                      ("--num-attention-heads", "num_attention_heads"),
+                      ("--ffn-hidden-size", "intermediate_size"), ("--vocab-size", "vocab_size"),
+                      ("--kv-channels", "head_dim")):
+        value = as_int(args.get(flag))
+        if value:
+            shape[key] = value
+    hidden = shape.get("hidden_size")
+    if hidden and "intermediate_size" not in shape and "--num-layers" in args:
+        shape["intermediate_size"] = 4 * hidden  # Megatron's default ffn_hidden_size
+    kv = as_int(args.get("--num-query-groups")) or as_int(args.get("--num-key-value-heads"))
+    if kv and (_flag(args, "--group-query-attention") or "--num-key-value-heads" in args):
+        shape["num_key_value_heads"] = kv
+    if "--num-layers" in args:
+        shape["activation"] = "swiglu" if _flag(args, "--swiglu") else "gelu"
+        norm = str(args.get("--normalization", "LayerNorm")).lower()
+        shape["norm"] = "rmsnorm" if "rms" in norm else "layernorm"
+        position = str(args.get("--position-embedding-type", "learned_absolute"))
+        if _flag(args, "--use-rotary-position-embeddings"):
+            position = "rope"
+        shape["position_embedding"] = {"rope": "rope", "learned_absolute": "learned",
+                                       "none": "none"}.get(position, "rope")
+        shape["tie_word_embeddings"] = not _flag(args, "--untie-embeddings-and-output-weights")
+        shape["linear_bias"] = not _flag(args, "--disable-bias-linear")
+    experts = args.get("--num-experts")
+    if experts not in (None, True):
+        n = as_int(str(experts).split()[0])
+        if n and n > 1:
+            shape["num_experts"] = n
+            shape["num_experts_per_tok"] = as_int(args.get("--moe-router-topk")) or 2
+            ffn = as_int(args.get("--moe-ffn-hidden-size"))
+            if ffn:
+                shape["moe_intermediate_size"] = ffn
+            shared = as_int(args.get("--moe-shared-expert-intermediate-size"))
+            if shared and ffn:
+                shape["num_shared_experts"] = shared // ffn
+    if _flag(args, "--multi-latent-attention"):
+        for flag, key in (("--q-lora-rank", "q_lora_rank"), ("--kv-lora-rank", "kv_lora_rank"),
+                          ("--qk-head-dim", "qk_nope_head_dim"),
+                          ("--qk-pos-emb-head-dim", "qk_rope_head_dim"),
+                          ("--v-head-dim", "v_head_dim")):
+            if as_int(args.get(flag)):
+                shape[key] = as_int(args.get(flag))
+    if (tok := str(args.get("--tokenizer-type", ""))) == "GPT2BPETokenizer" and \
+            "vocab_size" not in shape:
+        shape["vocab_size"] = 50257  # GPT-2 BPE (Radford et al. 2019), what the GPT-3 scripts use
+        imported.notes.append(f"vocabulary 50257 from --tokenizer-type {tok}")
+    elif "vocab_size" not in shape and "--vocab-file" in args and "--merge-file" in args:
+        shape["vocab_size"] = 50257
+        imported.notes.append("vocabulary 50257: a --vocab-file/--merge-file pair is GPT-2 BPE")
+    seq = as_int(args.get("--seq-length")) or as_int(args.get("--encoder-seq-length"))
+    if seq:
+        job["seq_len"] = seq
+    gbs = as_int(args.get("--global-batch-size"))
+    if gbs:
+        job["global_batch"] = gbs
+    for flag, knob in (("--tensor-model-parallel-size", "tp"),
+                       ("--pipeline-model-parallel-size", "pp"),
+                       ("--context-parallel-size", "cp"), ("--expert-model-parallel-size", "ep"),
+                       ("--micro-batch-size", "mbs")):
+        value = as_int(args.get(flag))
+        if value:
+            pins[knob] = value
+    if "--num-layers" in args or "--tensor-model-parallel-size" in args:
+        for knob in ("tp", "pp", "cp", "mbs"):
+            pins.setdefault(knob, 1)  # Megatron's defaults
+        pins.setdefault("ep", 1)
+    vpp = as_int(args.get("--num-virtual-stages-per-pipeline-rank"))
+    per_stage = as_int(args.get("--num-layers-per-virtual-pipeline-stage"))
+    if vpp:
+        pins["vpp"] = vpp
+    elif per_stage and shape.get("num_hidden_layers") and pins.get("pp"):
+        pins["vpp"] = shape["num_hidden_layers"] // (pins["pp"] * per_stage)
+    elif "pp" in pins:
+        pins["vpp"] = 1
+    pins["sp"] = _flag(args, "--sequence-parallel")
+    if _flag(args, "--use-megatron-fsdp", "--use-torch-fsdp2"):
+        strategy = str(args.get("--data-parallel-sharding-strategy", "optim_grads_params"))
+        pins["zero"] = {"no_shard": 0, "optim": 1, "optim_grads": 2}.get(strategy, 3)
+    elif _flag(args, "--use-distributed-optimizer"):
+        pins["zero"] = 1
+    elif "--zero-stage" in args:
+        pins["zero"] = as_int(args["--zero-stage"]) or 0
+    else:
+        pins["zero"] = 0
+    granularity = str(args.get("--recompute-granularity", ""))
+    if granularity in ("full", "selective"):
+        pins["recompute"] = granularity
+    elif _flag(args, "--recompute-activations"):
+        pins["recompute"] = "selective"
+    elif _flag(args, "--checkpoint-activations"):
+        pins["recompute"] = "full"
+    else:
+        pins["recompute"] = "none"
+    if _flag(args, "--fp16"):
+        job["precision"] = "fp16"
+    elif _flag(args, "--bf16"):
+        job["precision"] = "bf16"
+    if args.get("--fp8-format") not in (None, True) or _flag(args, "--fp8-hybrid", "--fp8-e4m3"):
+        job["precision"] = "fp8"
+    backend = args.get("--attention-backend")
+    if backend in ("flash", "fused", "unfused"):
+        job["attention"] = {"flash": "flash", "fused": "cudnn", "unfused": "unfused"}[backend]
+    elif _flag(args, "--use-flash-attn", "--use-flash-attn-v2", "--use-flash-attn-triton"):
+        job["attention"] = "flash"
+    if _flag(args, "--grad-reduce-in-bf16"):
+        job["grad_dtype"] = "half"
+    elif _flag(args, "--accumulate-allreduce-grads-in-fp32"):
+        job["grad_dtype"] = "fp32"
+    if "--num-layers" in args and pins.get("tp"):
+        job["grad_overlap"] = _flag(args, "--overlap-grad-reduce")
+        job["tp_comm_overlap"] = _flag(args, "--tp-comm-overlap")
+        job["p2p_overlap"] = not _flag(args, "--no-overlap-p2p-communication")
+    nproc = as_int(args.get("--nproc_per_node")) or as_int(args.get("--nproc-per-node"))
+    nnodes = as_int(args.get("--nnodes"))
+    if nproc:
+        imported.gpus_per_node = nproc
+    if nnodes:
+        imported.num_nodes = nnodes
+    return imported
+
+
+def looks_like(text: str, path: str) -> bool:
+    return ("--num-layers" in text or "--tensor-model-parallel-size" in text) and \
+        "deepspeed" not in text.lower()
+
+
+def read(text: str, path: str) -> Imported:
+    imported = Imported(NAME, path, framework="Megatron-LM")
+    return read_args(parse_args_text(text), imported)

@@ -1,0 +1,267 @@
+"""NeMo 2 / Megatron-Bridge: recipe overrides as a YAML file in ConfigContainer's structure,
+and reading one (or a full saved ConfigContainer YAML, or a NeMo 1 megatron_gpt_config YAML).
+
+Names: Megatron-Bridge at NVIDIA-NeMo/Megatron-Bridge commit
+067f987df03b8355b03192d88d70f1709fedf51a
+(2026-08-22): src/megatron/bridge/training/config.py (ConfigContainer: model, train, dataset, ddp,
+optimizer, mixed_precision, comm_overlap), models/gpt_provider.py (GPTModelProvider, whose fields
+are Megatron-Core's TransformerConfig and ModelParallelConfig), training/mixed_precision.py (the
+recipe names bf16_mixed, fp16_mixed, bf16_with_fp8_current_scaling_mixed) and
+training/comm_overlap.py (CommOverlapConfig). The override file's form is the repository's own
+examples/*/conf/*_override_example.yaml ("ensure the structure matches the ConfigContainer");
+scripts/training/train.sh takes the same overrides as KEY=VALUE. NeMo 2's llm recipes moved to
+Megatron-Bridge (same Megatron-Core field names). Every key is checked against
+known_keys/megatron_bridge.txt.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from planner.launchers.common import (
+    Export,
+    Imported,
+    LaunchPlan,
+    as_bool,
+    as_int,
+    unknown_keys,
+)
+
+NAME = "nemo"
+KEYS = "megatron_bridge"
+SOURCE = ("NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/training/config.py @ 067f987df03b "
+          "(2026-08-22)")
+MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed",
+                   "fp8": "bf16_with_fp8_current_scaling_mixed"}
+ATTENTION_BACKEND = {"flash": "flash", "cudnn": "fused", "unfused": "unfused"}
+
+
+def overrides(plan: LaunchPlan, warnings: list[str]) -> dict[str, dict[str, Any]]:
+    """ConfigContainer sections -> field -> value."""
+    m, lay, job = plan.model, plan.layout, plan.job
+    model: dict[str, Any] = {
+        "num_layers": m.num_hidden_layers, "hidden_size": m.hidden_size,
+        "ffn_hidden_size": m.intermediate_size, "num_attention_heads": m.num_attention_heads,
+        "num_query_groups": m.kv_heads,
+    }
+    if m.head_dim and m.head_dim != m.hidden_size // m.num_attention_heads:
+        model["kv_channels"] = m.head_dim
+    model.update(
+        seq_length=job.seq_len, vocab_size=m.vocab_size,
+        gated_linear_unit=m.activation in ("swiglu", "geglu"),
+        normalization="RMSNorm" if m.norm == "rmsnorm" else "LayerNorm",
+        position_embedding_type={"rope": "rope", "learned": "learned_absolute"}.get(
+            m.position_embedding, "none"),
+        share_embeddings_and_output_weights=m.tie_word_embeddings,
+        add_bias_linear=m.linear_bias,
+    )
+    if m.is_moe:
+        model.update(num_moe_experts=m.num_experts, moe_router_topk=m.num_experts_per_tok,
+                     moe_ffn_hidden_size=m.expert_ffn)
+        if m.num_shared_experts:
+            model["moe_shared_expert_intermediate_size"] = m.num_shared_experts * m.expert_ffn
+    if m.is_mla:
+        warnings.append("MLA dimensions are not exported: start from the model's own recipe "
+                        "(its provider sets q_lora_rank, kv_lora_rank, ...)")
+    model.update(
+        tensor_model_parallel_size=lay.tp, pipeline_model_parallel_size=lay.pp,
+        virtual_pipeline_model_parallel_size=lay.vpp if lay.vpp > 1 else None,
+        context_parallel_size=lay.cp, expert_model_parallel_size=lay.ep,
+        sequence_parallel=lay.sp,
+        recompute_granularity=lay.recompute if lay.recompute in ("selective", "full") else None,
+    )
+    if lay.recompute == "full":
+        model.update(recompute_method="uniform", recompute_num_layers=1)
+    if lay.recompute == "offload":
+        # Megatron-Core TransformerConfig.cpu_offloading: activations of all but the last layer
+        model.update(cpu_offloading=True, cpu_offloading_activations=True,
+                     cpu_offloading_weights=False,
+                     cpu_offloading_num_layers=m.num_hidden_layers // lay.pp - 1)
+        if lay.pp > 1:
+            warnings.append("Megatron-Core's cpu_offloading refuses pipeline parallelism "
+                            "(TransformerConfig check); this layout needs another offload path")
+    model["attention_backend"] = ATTENTION_BACKEND[job.attention]
+    ddp: dict[str, Any] = {
+        "use_distributed_optimizer": lay.zero >= 1 and lay.zero < 2,
+        "use_megatron_fsdp": lay.zero >= 2,
+        "data_parallel_sharding_strategy": {0: "no_shard", 1: "no_shard", 2: "optim_grads",
+                                            3: "optim_grads_params"}[lay.zero],
+        "overlap_grad_reduce": job.grad_overlap,
+        "overlap_param_gather": job.grad_overlap and lay.zero >= 1,
+        "grad_reduce_in_fp32": job.grad_dtype != "half",
+    }
+    if job.grad_dtype == "half+fp32":
+        warnings.append("grad_dtype half+fp32 is DeepSpeed's BF16_Optimizer; exported as fp32 "
+                        "gradient reduction")
+    if job.software != "current":
+        warnings.append(f"software {job.software} is not Megatron-Bridge")
+    return {
+        "model": model,
+        "train": {"micro_batch_size": lay.mbs, "global_batch_size": job.global_batch},
+        "dataset": {"seq_length": job.seq_len},
+        "ddp": ddp,
+        "optimizer": {"use_distributed_optimizer": ddp["use_distributed_optimizer"]},
+        "mixed_precision": MIXED_PRECISION[job.precision],
+        "comm_overlap": {"tp_comm_overlap": job.tp_comm_overlap,
+                         "overlap_p2p_comm": job.p2p_overlap if lay.vpp > 1 else False},
+    }
+
+
+def _flat(sections: dict[str, Any]) -> list[tuple[str, Any]]:
+    out = []
+    for section, body in sections.items():
+        if isinstance(body, dict):
+            out += [(f"{section}.{k}", v) for k, v in body.items()]
+        else:
+            out.append((section, body))
+    return out
+
+
+def export(plan: LaunchPlan) -> Export:
+    warnings: list[str] = []
+    sections = overrides(plan, warnings)
+    flat = _flat(sections)
+    keys = [k for k, _ in flat if "." in k]
+    bad = unknown_keys(KEYS, keys)
+    if bad:
+        raise RuntimeError(f"Megatron-Bridge export uses keys ConfigContainer lacks: {bad}")
+    cluster = plan.cluster
+
+    def cli(v: Any) -> str:
+        return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+    lines = [
+        *plan.header(),
+        f"# Megatron-Bridge ConfigContainer overrides (names: {SOURCE}).",
+        "# Apply on top of your model's recipe (e.g. llama3_70b_pretrain_config); launch on",
+        f"# {cluster.num_nodes} node(s) x {cluster.gpus_per_node} GPUs:",
+        f"#   ./scripts/training/train.sh --nodes {cluster.num_nodes} --gpus-per-node "
+        f"{cluster.gpus_per_node} --recipe RECIPE [KEY=VALUE overrides below]",
+        "# the same overrides as KEY=VALUE:",
+        "#   " + " ".join(f"{k}={cli(v)}" for k, v in flat),
+        *[f"# WARNING: {w}" for w in warnings],
+        yaml.safe_dump(sections, sort_keys=False, default_flow_style=False).rstrip(),
+        "",
+    ]
+    return Export(NAME, "\n".join(lines), keys, warnings)
+
+
+# ---- reading ----------------------------------------------------------------------------------
+
+def looks_like(text: str, path: str) -> bool:
+    return bool(re.search(r"^(model|train|trainer):\s*$", text, re.M)) and (
+        "tensor_model_parallel_size" in text or "num_layers" in text
+        or "global_batch_size" in text)
+
+
+def read(text: str, path: str) -> Imported:
+    from planner.errors import SpecError
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping at the top level")
+    imported = Imported(NAME, path, framework="NeMo/Megatron-Bridge")
+    model = data.get("model") or {}
+    train = data.get("train") or {}
+    dataset = data.get("dataset") or data.get("data") or {}
+    ddp = data.get("ddp") or {}
+    comm = data.get("comm_overlap") or {}
+    trainer = data.get("trainer") or {}  # NeMo 1 megatron_gpt_config.yaml
+    shape, pins, job = imported.shape, imported.pins, imported.job
+    for src, key in (("num_layers", "num_hidden_layers"), ("hidden_size", "hidden_size"),
+                     ("ffn_hidden_size", "intermediate_size"),
+                     ("num_attention_heads", "num_attention_heads"),
+                     ("num_query_groups", "num_key_value_heads"), ("kv_channels", "head_dim"),
+                     ("vocab_size", "vocab_size"), ("num_moe_experts", "num_experts"),
+                     ("moe_router_topk", "num_experts_per_tok"),
+                     ("moe_ffn_hidden_size", "moe_intermediate_size")):
+        if as_int(model.get(src)):
+            shape[key] = as_int(model[src])
+    if "num_layers" in model:
+        glu = as_bool(model.get("gated_linear_unit"))
+        act = str(model.get("activation", ""))
+        shape["activation"] = "swiglu" if glu or "swiglu" in act else "gelu"
+        norm = str(model.get("normalization", "LayerNorm")).lower()
+        shape["norm"] = "rmsnorm" if "rms" in norm else "layernorm"
+        pos = str(model.get("position_embedding_type", "learned_absolute"))
+        shape["position_embedding"] = {"rope": "rope", "learned_absolute": "learned"}.get(
+            pos, "none")
+        share = as_bool(model.get("share_embeddings_and_output_weights"))
+        shape["tie_word_embeddings"] = True if share is None else share
+        bias = as_bool(model.get("add_bias_linear", model.get("bias")))
+        shape["linear_bias"] = True if bias is None else bias
+        if shape.get("num_experts") and as_int(model.get("moe_shared_expert_intermediate_size")) \
+                and shape.get("moe_intermediate_size"):
+            shape["num_shared_experts"] = (as_int(model["moe_shared_expert_intermediate_size"])
+                                           // shape["moe_intermediate_size"])
+    seq = (as_int(dataset.get("seq_length")) or as_int(model.get("seq_length"))
+           or as_int(model.get("encoder_seq_length")))
+    if seq:
+        job["seq_len"] = seq
+    gbs = as_int(train.get("global_batch_size")) or as_int(model.get("global_batch_size"))
+    mbs = as_int(train.get("micro_batch_size")) or as_int(model.get("micro_batch_size"))
+    if gbs:
+        job["global_batch"] = gbs
+    if mbs:
+        pins["mbs"] = mbs
+    for src, knob in (("tensor_model_parallel_size", "tp"),
+                      ("pipeline_model_parallel_size", "pp"),
+                      ("context_parallel_size", "cp"), ("expert_model_parallel_size", "ep")):
+        if as_int(model.get(src)):
+            pins[knob] = as_int(model[src])
+    if "tensor_model_parallel_size" in model or "num_layers" in model:
+        for knob in ("tp", "pp", "cp", "ep"):
+            pins.setdefault(knob, 1)
+        pins["vpp"] = as_int(model.get("virtual_pipeline_model_parallel_size")) or 1
+        pins["sp"] = bool(as_bool(model.get("sequence_parallel")))
+        if as_bool(model.get("cpu_offloading")):
+            pins["recompute"] = "offload"
+        else:
+            gran = (model.get("recompute_granularity")
+                    or model.get("activations_checkpoint_granularity"))  # NeMo 1
+            pins["recompute"] = gran if gran in ("selective", "full") else "none"
+    if ddp or "optimizer" in data:
+        if as_bool(ddp.get("use_megatron_fsdp")):
+            strategy = str(ddp.get("data_parallel_sharding_strategy", "optim_grads_params"))
+            pins["zero"] = {"no_shard": 0, "optim": 1, "optim_grads": 2}.get(strategy, 3)
+        else:
+            dist = as_bool(ddp.get("use_distributed_optimizer",
+                                   (data.get("optimizer") or {}).get("use_distributed_optimizer")))
+            pins["zero"] = 1 if dist else 0
+        if "overlap_grad_reduce" in ddp:
+            job["grad_overlap"] = bool(as_bool(ddp["overlap_grad_reduce"]))
+        if "grad_reduce_in_fp32" in ddp:
+            job["grad_dtype"] = "auto" if as_bool(ddp["grad_reduce_in_fp32"]) else "half"
+    elif isinstance(model.get("optim"), dict) and "distributed" in str(model["optim"].get("name")):
+        pins["zero"] = 1  # NeMo 1: optim.name distributed_fused_adam
+    precision = str(data.get("mixed_precision") or trainer.get("precision") or "")
+    if "fp8" in precision or model.get("fp8") not in (None, False):
+        job["precision"] = "fp8"
+    elif "fp16" in precision or precision == "16":
+        job["precision"] = "fp16"
+    elif "bf16" in precision:
+        job["precision"] = "bf16"
+    backend = model.get("attention_backend")
+    if "num_layers" in model or "tensor_model_parallel_size" in model:
+        # None/auto: Transformer Engine picks cuDNN fused attention on Hopper and later
+        job["attention"] = {"flash": "flash", "unfused": "unfused"}.get(str(backend), "cudnn")
+    if comm:
+        job["tp_comm_overlap"] = bool(as_bool(comm.get("tp_comm_overlap")))
+        if "overlap_p2p_comm" in comm and pins.get("vpp", 1) > 1:
+            job["p2p_overlap"] = bool(as_bool(comm["overlap_p2p_comm"]))
+    elif "ub_tp_comm_overlap" in model:  # NeMo 1
+        job["tp_comm_overlap"] = bool(as_bool(model["ub_tp_comm_overlap"]))
+    launch = re.search(r"--nodes (\d+) --gpus-per-node (\d+)", text)
+    if launch:
+        imported.num_nodes, imported.gpus_per_node = int(launch.group(1)), int(launch.group(2))
+    if as_int(trainer.get("num_nodes")):
+        imported.num_nodes = as_int(trainer["num_nodes"])
+    if as_int(trainer.get("devices")):
+        imported.gpus_per_node = as_int(trainer["devices"])
+    return imported

@@ -1,0 +1,366 @@
+"""torchtitan: a config-registry function (the current Python form), and reading one or the
+older TOML job file.
+
+Forms (github.com/pytorch/torchtitan):
+- TOML job files (`--job.config_file llama3_405b.toml`): releases v0.1.0 to v0.2.2 (v0.2.2 is
+  73a0e6979dd1, 2026-02-20) and main before 9810191bbb03 (2026-02-23, "Config System Refactor:
+  TOML to Python Dataclass Registry"). Read here; not written.
+- Python config registries (`--module M --config FUNCTION` returning `Trainer.Config`): main
+  since 9810191bbb03. Since 73aed7f6c09c ("fold batch dim", 2026-08-20) TrainingConfig takes
+  tokens (num_tokens_per_microbatch_per_dp_rank, num_tokens_per_train_step,
+  max_context_length) instead of local_batch_size/global_batch_size/seq_len. Written here in the
+  form of commit b5bcd76c66d0 (2026-08-21): torchtitan/config/configs.py (TrainingConfig,
+  ParallelismConfig, CompileConfig), torchtitan/trainer.py (Trainer.Config),
+  torchtitan/distributed/activation_checkpoint.py (FullAC, SelectiveAC; None = off, SelectiveAC
+  the default), torchtitan/models/llama3/config_registry.py (llama3_405b, the layout the golden
+  test reproduces). Both forms are read. Keys: known_keys/torchtitan.txt.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+from planner.errors import SpecError
+from planner.launchers.common import (
+    Export,
+    Imported,
+    LaunchPlan,
+    as_bool,
+    as_int,
+    shape_of,
+    unknown_keys,
+)
+
+NAME = "torchtitan"
+KEYS = "torchtitan"
+SOURCE = "pytorch/torchtitan torchtitan/config/configs.py @ b5bcd76c66d0 (2026-08-21)"
+# torchtitan model flavors (torchtitan/models/<family>/__init__.py *_configs) -> built-in models
+FLAVORS: dict[tuple[str, str], str] = {
+    ("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b",
+    ("llama3", "405B"): "llama3.1-405b",
+}
+_SHAPE_COMMENT = "# planner model shape: "
+
+
+def flavor_of(model_name: str, aliases: list[str]) -> tuple[str, str] | None:
+    names = {model_name, *aliases}
+    for key, builtin in FLAVORS.items():
+        if builtin in names:
+            return key
+    return None
+
+
+def export(plan: LaunchPlan) -> Export:
+    m, lay, job = plan.model, plan.layout, plan.job
+    warnings: list[str] = []
+    flavor = flavor_of(m.name, m.aliases)
+    if lay.zero == 1:
+        warnings.append("ZeRO-1 has no FSDP2 form: exported as ZeRO-2 (FSDP sharding with "
+                        "fsdp_reshard_after_forward='never'), which also shards gradients")
+    if lay.zero == 0:
+        replicate, shard, reshard = lay.dp, 1, None
+    else:
+        replicate, shard, reshard = 1, lay.dp, ("never" if lay.zero in (1, 2) else None)
+    parallelism: dict[str, Any] = {
+        "data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
+    }
+    if reshard:
+        parallelism["fsdp_reshard_after_forward"] = reshard
+    parallelism.update(tensor_parallel_degree=lay.tp, enable_sequence_parallel=lay.sp,
+                       pipeline_parallel_degree=lay.pp)
+    if lay.pp > 1:
+        parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if lay.vpp > 1 else "1F1B"
+        parallelism["pipeline_parallel_layers_per_stage"] = m.num_hidden_layers // (lay.pp *
+                                                                                   lay.vpp)
+        parallelism["num_pp_microbatches"] = plan.grad_accum
+    parallelism.update(context_parallel_degree=lay.cp, expert_parallel_degree=lay.ep)
+    training = {
+        "num_tokens_per_microbatch_per_dp_rank": f"{lay.mbs} * {job.seq_len}",
+        "num_tokens_per_train_step": f"{job.global_batch} * {job.seq_len}",
+        "max_context_length": job.seq_len,
+    }
+    if lay.recompute == "offload":
+        warnings.append("recompute=offload (activations to host) has no torchtitan config "
+                        "(training.enable_cpu_offload offloads FSDP parameters and optimizer "
+                        "state); exported with full activation checkpointing instead")
+    ac = {"none": "None", "selective": "SelectiveAC.Config()", "full": "FullAC.Config()",
+          "offload": "FullAC.Config()"}[lay.recompute]
+    if job.precision == "fp16":
+        warnings.append("torchtitan trains in bf16 (training.mixed_precision_param); fp16 is "
+                        "not offered: exported as bf16")
+    if job.attention != "flash":
+        warnings.append(f"attention {job.attention}: torchtitan's attention (flex/sdpa) is "
+                        "FlashAttention-2 class")
+    if job.grad_dtype not in ("auto",):
+        warnings.append(f"grad_dtype {job.grad_dtype}: torchtitan reduces gradients as "
+                        "training.mixed_precision_reduce says (float32)")
+    if not job.grad_overlap:
+        warnings.append("grad_overlap off: FSDP2 always overlaps its reduce-scatters")
+    if lay.vpp > 1 and not job.p2p_overlap:
+        warnings.append("p2p_overlap off has no torchtitan switch")
+    if job.software != "current":
+        warnings.append(f"software {job.software} is not torchtitan")
+    compile_kw = ({"enable": True, "enable_async_tensor_parallel": True}
+                  if job.tp_comm_overlap else {})
+    if job.tp_comm_overlap and not lay.sp:
+        warnings.append("async TP needs sequence parallelism")
+    converters = ""
+    if job.precision == "fp8":
+        # as torchtitan's llama3_405b: Float8 linears except the output projection
+        converters = ', converters=[Float8LinearConverter.Config(filter_fqns=["lm_head"])]'
+    family, flavor_name = flavor or ("llama3", "CUSTOM")
+    lines = [
+        *plan.header(),
+        f"# torchtitan config registry (names: {SOURCE}); the TOML form of torchtitan <= v0.2.2",
+        "# is not written (it is read by `planner estimate --config`).",
+        f"# launch on each of the {plan.cluster.num_nodes} node(s): torchrun --nnodes "
+        f"{plan.cluster.num_nodes} --nproc_per_node {plan.cluster.gpus_per_node} "
+        "-m torchtitan.train --module THIS_MODULE --config planner_plan",
+        f"# (NGPU={plan.cluster.num_gpus}: the degrees' product)",
+    ]
+    if flavor is None:
+        warnings.append(f"{m.name} has no torchtitan flavor here: register its shape as a "
+                        "flavor (the line below) and replace CUSTOM")
+        shape = {k: v for k, v in shape_of(m).items() if v is not None}
+        lines.append(_SHAPE_COMMENT + repr(shape))
+    lines += [f"# WARNING: {w}" for w in warnings]
+    lines += [
+        "",
+        *(["from torchtitan.components.quantization import Float8LinearConverter"]
+          if converters else []),
+        "from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig",
+        "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC",
+        f"from torchtitan.models.{family} import model_registry",
+        "from torchtitan.trainer import Trainer",
+        "",
+        "",
+        "def planner_plan() -> Trainer.Config:",
+        f'    model_spec = model_registry("{flavor_name}"{converters})',
+        "    return Trainer.Config(",
+        "        model_spec=model_spec,",
+        "        training=TrainingConfig(",
+        *[f"            {k}={v}," for k, v in training.items()],
+        "        ),",
+        "        parallelism=ParallelismConfig(",
+        *[f"            {k}={v!r}," for k, v in parallelism.items()],
+        "        ),",
+        f"        activation_checkpoint={ac},",
+        "        compile=CompileConfig("
+        + ", ".join(f"{k}={v!r}" for k, v in compile_kw.items()) + "),",
+        "    )",
+        "",
+    ]
+    keys = ([f"training.{k}" for k in training] + [f"parallelism.{k}" for k in parallelism]
+            + [f"compile.{k}" for k in compile_kw]
+            + ["trainer.model_spec", "trainer.training", "trainer.parallelism",
+               "trainer.activation_checkpoint", "trainer.compile"])
+    bad = unknown_keys(KEYS, keys)
+    if bad:
+        raise RuntimeError(f"torchtitan export uses keys its config lacks: {bad}")
+    return Export(NAME, "\n".join(lines), keys, warnings)
+
+
+# ---- reading ----------------------------------------------------------------------------------
+
+def looks_like(text: str, path: str) -> bool:
+    if "torchtitan" in text and ("ParallelismConfig" in text or "TrainingConfig" in text):
+        return True
+    return bool(re.search(r"^\[parallelism\]", text, re.M)) and \
+        bool(re.search(r"^\[training\]", text, re.M))
+
+
+def _value(node: ast.AST) -> Any:
+    """A literal, or simple arithmetic on literals (2 * 8192)."""
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError):
+        pass
+    if isinstance(node, ast.BinOp):
+        left, right = _value(node.left), _value(node.right)
+        if isinstance(left, int) and isinstance(right, int):
+            ops = {ast.Mult: lambda a, b: a * b, ast.Add: lambda a, b: a + b,
+                   ast.Sub: lambda a, b: a - b, ast.FloorDiv: lambda a, b: a // b}
+            op = ops.get(type(node.op))
+            return op(left, right) if op else None
+    return None
+
+
+def _call_name(node: ast.Call) -> str:
+    parts = []
+    func: ast.AST = node.func
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if isinstance(func, ast.Name):
+        parts.append(func.id)
+    return ".".join(reversed(parts))
+
+
+def _python_sections(text: str, path: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Section -> key -> value from the calls TrainingConfig(...), ParallelismConfig(...),
+    CompileConfig(...) and assignments config.SECTION.KEY = value; and facts (family, flavor,
+    activation checkpointing, float8)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as exc:
+        raise SpecError(f"{path}: not valid Python: {exc.msg} (line {exc.lineno})") from None
+    sections: dict[str, dict[str, Any]] = {"training": {}, "parallelism": {}, "compile": {}}
+    facts: dict[str, Any] = {}
+    names = {"TrainingConfig": "training", "ParallelismConfig": "parallelism",
+             "CompileConfig": "compile"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and \
+                node.module.startswith("torchtitan.models.") and \
+                any(a.name == "model_registry" for a in node.names):
+            facts["family"] = node.module.split(".")[2]
+        if isinstance(node, ast.Call):
+            name = _call_name(node)
+            short = name.split(".")[-1]
+            if short in names:
+                for kw in node.keywords:
+                    if kw.arg:
+                        sections[names[short]][kw.arg] = _value(kw.value)
+            elif short == "model_registry" and node.args:
+                facts["flavor"] = _value(node.args[0])
+            elif name.endswith(("FullAC.Config", "SelectiveAC.Config", "MemoryBudgetAC.Config")):
+                facts.setdefault("ac", name.split(".")[-2])
+            elif "Float8" in name or "MXFP8" in name:
+                facts["fp8"] = True
+            for kw in node.keywords:
+                if kw.arg == "activation_checkpoint":
+                    if isinstance(kw.value, ast.Constant) and kw.value.value is None:
+                        facts["ac"] = "None"
+                    elif isinstance(kw.value, ast.Call):
+                        facts["ac"] = _call_name(kw.value).split(".")[-2]
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                chain = []
+                t: ast.AST = target
+                while isinstance(t, ast.Attribute):
+                    chain.append(t.attr)
+                    t = t.value
+                chain.reverse()
+                if len(chain) >= 2 and chain[-2] in sections:
+                    sections[chain[-2]][chain[-1]] = _value(node.value)
+                elif chain and chain[-1] == "activation_checkpoint":
+                    if isinstance(node.value, ast.Call):
+                        facts["ac"] = _call_name(node.value).split(".")[-2]
+                    elif isinstance(node.value, ast.Constant) and node.value.value is None:
+                        facts["ac"] = "None"
+    shape = re.search(re.escape(_SHAPE_COMMENT) + r"(\{.*\})", text)
+    if shape:
+        facts["shape"] = ast.literal_eval(shape.group(1))
+    return sections, facts
+
+
+def _toml_sections(text: str, path: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: invalid TOML: {exc}") from None
+    training = dict(data.get("training") or {})
+    parallelism = dict(data.get("parallelism") or {})
+    compile_ = dict(data.get("compile") or {})
+    model = data.get("model") or {}
+    facts: dict[str, Any] = {"family": model.get("name"), "flavor": model.get("flavor")}
+    mode = (data.get("activation_checkpoint") or {}).get("mode", "selective")
+    facts["ac"] = {"none": "None", "full": "FullAC", "selective": "SelectiveAC"}.get(mode, mode)
+    converters = model.get("converters") or []
+    if any("float8" in str(c) or "mx" in str(c) for c in converters):
+        facts["fp8"] = True
+    if parallelism.get("enable_async_tensor_parallel"):
+        compile_["enable_async_tensor_parallel"] = True
+    # TOML form: local_batch_size sequences per DP rank and step, pipeline micro-batches of
+    # pipeline_parallel_microbatch_size sequences
+    seq = as_int(training.get("seq_len"))
+    if seq:
+        training["max_context_length"] = seq
+        local = as_int(training.get("local_batch_size"))
+        pp = as_int(parallelism.get("pipeline_parallel_degree")) or 1
+        mbs = as_int(parallelism.get("pipeline_parallel_microbatch_size")) or 1 if pp > 1 \
+            else local
+        if mbs:
+            training["num_tokens_per_microbatch_per_dp_rank"] = mbs * seq
+        gbs = as_int(training.get("global_batch_size"))
+        if gbs and gbs > 0:
+            training["num_tokens_per_train_step"] = gbs * seq
+        elif local:
+            facts["local_batch_size"] = local
+    return {"training": training, "parallelism": parallelism, "compile": compile_}, facts
+
+
+def read(text: str, path: str) -> Imported:
+    is_toml = bool(re.search(r"^\[parallelism\]", text, re.M))
+    sections, facts = (_toml_sections if is_toml else _python_sections)(text, path)
+    imported = Imported(NAME, path, framework="torchtitan")
+    training, par, comp = sections["training"], sections["parallelism"], sections["compile"]
+    if not is_toml and "seq_len" in training:  # Python form of Feb-Aug 2026
+        seq = as_int(training["seq_len"])
+        training.setdefault("max_context_length", seq)
+        local = as_int(training.get("local_batch_size"))
+        if local and seq:
+            training.setdefault("num_tokens_per_microbatch_per_dp_rank", local * seq)
+        gbs = as_int(training.get("global_batch_size"))
+        if gbs and gbs > 0 and seq:
+            training.setdefault("num_tokens_per_train_step", gbs * seq)
+    family, flavor = facts.get("family"), facts.get("flavor")
+    builtin = FLAVORS.get((str(family), str(flavor)))
+    if builtin:
+        imported.model_name = builtin
+    elif facts.get("shape"):
+        imported.shape.update(facts["shape"])
+    elif flavor:
+        imported.notes.append(f"torchtitan flavor {family} {flavor} is not a built-in model; "
+                              "give --model")
+    seq = as_int(training.get("max_context_length")) or 2048  # TrainingConfig default
+    imported.job["seq_len"] = seq
+    pins = imported.pins
+    tokens_mb = as_int(training.get("num_tokens_per_microbatch_per_dp_rank")) or 16384
+    pins["mbs"] = max(1, tokens_mb // seq)
+    step_tokens = as_int(training.get("num_tokens_per_train_step"))
+    if step_tokens and step_tokens > 0:
+        imported.job["global_batch"] = step_tokens // seq
+    replicate = as_int(par.get("data_parallel_replicate_degree")) or 1
+    shard = as_int(par.get("data_parallel_shard_degree"))
+    shard = -1 if shard is None else shard
+    pins["tp"] = as_int(par.get("tensor_parallel_degree")) or 1
+    pins["pp"] = as_int(par.get("pipeline_parallel_degree")) or 1
+    pins["cp"] = as_int(par.get("context_parallel_degree")) or 1
+    pins["ep"] = as_int(par.get("expert_parallel_degree")) or 1
+    sp = as_bool(par.get("enable_sequence_parallel"))
+    pins["sp"] = pins["tp"] > 1 and (True if sp is None else sp)
+    schedule = str(par.get("pipeline_parallel_schedule", "1F1B"))
+    per_stage = as_int(par.get("pipeline_parallel_layers_per_stage"))
+    if pins["pp"] > 1 and "Interleaved" in schedule and per_stage:
+        imported.notes.append("virtual stages from pipeline_parallel_layers_per_stage")
+        imported.deferred["layers_per_stage"] = per_stage
+    else:
+        pins["vpp"] = 1
+    if shard == 1 and replicate >= 1:
+        pins["zero"] = 0
+        pins["dp"] = replicate
+    else:
+        if replicate > 1:
+            imported.notes.append(f"HSDP (replicate {replicate} x shard {shard}) is read as "
+                                  "ZeRO-3 over the whole data-parallel group")
+        pins["zero"] = 2 if par.get("fsdp_reshard_after_forward") == "never" else 3
+        if shard > 0:
+            pins["dp"] = shard * replicate
+    if shard == -1 and replicate == 1 and facts.get("local_batch_size"):
+        imported.deferred["local_batch_size"] = facts["local_batch_size"]
+    ac = facts.get("ac", "SelectiveAC")  # Trainer.Config's default is SelectiveAC
+    pins["recompute"] = {"None": "none", "FullAC": "full", "SelectiveAC": "selective",
+                         "MemoryBudgetAC": "selective"}.get(ac, "selective")
+    imported.job["precision"] = "fp8" if facts.get("fp8") else "bf16"
+    imported.job["attention"] = "flash"
+    imported.job["tp_comm_overlap"] = bool(comp.get("enable_async_tensor_parallel"))
+    if "dp" in pins:
+        imported.num_gpus = pins["dp"] * pins["tp"] * pins["pp"] * pins["cp"]
+    launch = re.search(r"--nnodes (\d+) --nproc_per_node (\d+)", text)
+    if launch:
+        imported.num_nodes, imported.gpus_per_node = int(launch.group(1)), int(launch.group(2))
+    return imported
