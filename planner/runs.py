@@ -428,8 +428,18 @@ def load_runs(path: str | Path, gpu: GpuProfile) -> tuple[list[MeasuredRun], lis
         return load_table(path)
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
         return load_records(path, gpu)
-    raise SpecError(f"runs file {path}: expected .jsonl (planner validate records) or .csv "
-                    "(published_runs.csv columns)")
+    if path.suffix.lower() in (".log", ".txt", ".out"):
+        # a Megatron-LM / NeMo / torchtitan training log (planner.launchers.logs)
+        from planner.launchers.logs import run_from_log
+
+        if not path.is_file():
+            raise SpecError(f"runs file not found: {path}")
+        try:
+            return [run_from_log(path, gpu)], []
+        except PlannerError as exc:
+            return [], [Skipped(path.name, "log", str(exc))]
+    raise SpecError(f"runs file {path}: expected .jsonl (planner validate records), .csv "
+                    "(published_runs.csv columns) or .log (a training log)")
 
 
 def by_source(runs: Iterable[MeasuredRun]) -> dict[str, list[MeasuredRun]]:

@@ -18,8 +18,9 @@ import typer
 
 from planner.cli.typer_app import app
 
-RunsOpt = Annotated[Path, typer.Option(
-    "--runs", help="validate records (.jsonl) or a runs table (.csv).")]
+RunsOpt = Annotated[list[Path], typer.Option(
+    "--runs", help="validate records (.jsonl), a runs table (.csv) or a Megatron-LM / NeMo / "
+    "torchtitan training log (.log); repeat for several.")]
 BaseProfileOpt = Annotated[str, typer.Option(
     "--profile", help="GPU profile to start from: built-in name or YAML.")]
 OutOpt = Annotated[Path, typer.Option("--out", help="Write the fitted profile here (YAML).")]
@@ -52,14 +53,18 @@ def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitO
     if plot is not None and plot.suffix.lower() not in (".png", ".svg"):
         raise SpecError(f"--plot {plot}: use a .png or .svg file name")
     gpu = load_gpu(profile)
-    measured, skipped = load_runs(runs, gpu)
+    measured, skipped = [], []
+    for path in runs:
+        more, less = load_runs(path, gpu)
+        measured += more
+        skipped += less
     if source:
         measured = [r for r in measured if r.source_id in source]
         skipped = [s for s in skipped if s.source_id in source]
     measured = matching_gpu(measured, gpu)
     if not measured:
         reasons = sorted({s.reason for s in skipped})[:3]
-        raise SpecError(f"{runs}: no usable run for profile {gpu.name}"
+        raise SpecError(f"{', '.join(map(str, runs))}: no usable run for profile {gpu.name}"
                         + (f" ({'; '.join(reasons)})" if reasons else ""))
     names = [n.strip() for n in fit.split(",") if n.strip()] if fit else None
     result = calibrate(gpu, [r.with_gpu(gpu) for r in measured], names=names, cross_validate=cv)

@@ -76,10 +76,13 @@ class Resolved:
     notes: list[str] = field(default_factory=list)
 
 
-def _cluster(imported: Imported, cluster: str | None, profile: Any) -> ClusterSpec:
+def _cluster(imported: Imported, cluster: str | ClusterSpec | None,
+             profile: Any) -> ClusterSpec:
     """--cluster as given; a bare GPU name takes the config's node shape or GPU count."""
     from planner.registry import parse_cluster
 
+    if isinstance(cluster, ClusterSpec):
+        return cluster
     if cluster is None:
         raise SpecError(f"{imported.path} does not name the GPU type: give --cluster (a bare "
                         "GPU name such as H100 takes the config's GPU count)")
@@ -95,7 +98,8 @@ def _cluster(imported: Imported, cluster: str | None, profile: Any) -> ClusterSp
     return parse_cluster(f"{n}x{cluster}", profile=profile)
 
 
-def resolve(imported: Imported, model: str | None, cluster: str | None, profile: Any = None,
+def resolve(imported: Imported, model: str | None, cluster: str | ClusterSpec | None,
+            profile: Any = None,
             job_overrides: dict[str, Any] | None = None,
             pin_overrides: dict[str, Any] | None = None) -> Resolved:
     """The config's model, cluster, job and pins, each overridden by what the command line

@@ -166,6 +166,12 @@ def read(text: str, path: str) -> Imported:
         raise SpecError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping at the top level")
+    return from_data(data, text, path)
+
+
+def from_data(data: dict[str, Any], text: str, path: str) -> Imported:
+    """Model, layout and recipe from a ConfigContainer mapping (or NeMo 1's); shared by the
+    config reader and the log reader (a printed ConfigContainer YAML)."""
     imported = Imported(NAME, path, framework="NeMo/Megatron-Bridge")
     model = data.get("model") or {}
     train = data.get("train") or {}

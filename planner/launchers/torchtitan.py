@@ -296,7 +296,19 @@ def _toml_sections(text: str, path: str) -> tuple[dict[str, dict[str, Any]], dic
 def read(text: str, path: str) -> Imported:
     is_toml = bool(re.search(r"^\[parallelism\]", text, re.M))
     sections, facts = (_toml_sections if is_toml else _python_sections)(text, path)
-    imported = Imported(NAME, path, framework="torchtitan")
+    imported = from_sections(sections, facts, Imported(NAME, path, framework="torchtitan"),
+                             is_toml)
+    launch = re.search(r"--nnodes (\d+) --nproc_per_node (\d+)", text)
+    if launch:
+        imported.num_nodes, imported.gpus_per_node = int(launch.group(1)), int(launch.group(2))
+    return imported
+
+
+def from_sections(sections: dict[str, dict[str, Any]], facts: dict[str, Any],
+                  imported: Imported, is_toml: bool = False) -> Imported:
+    """Model, layout and recipe from torchtitan's training/parallelism/compile sections and the
+    facts around them (family, flavor, activation checkpointing, float8); shared by the config
+    readers and the log reader (its "Running with configs" echo)."""
     training, par, comp = sections["training"], sections["parallelism"], sections["compile"]
     if not is_toml and "seq_len" in training:  # Python form of Feb-Aug 2026
         seq = as_int(training["seq_len"])
@@ -360,7 +372,4 @@ def read(text: str, path: str) -> Imported:
     imported.job["tp_comm_overlap"] = bool(comp.get("enable_async_tensor_parallel"))
     if "dp" in pins:
         imported.num_gpus = pins["dp"] * pins["tp"] * pins["pp"] * pins["cp"]
-    launch = re.search(r"--nnodes (\d+) --nproc_per_node (\d+)", text)
-    if launch:
-        imported.num_nodes, imported.gpus_per_node = int(launch.group(1)), int(launch.group(2))
     return imported
