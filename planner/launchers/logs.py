@@ -58,9 +58,10 @@ _TT_INIT = re.compile(r"(\d+) tokens per DP rank, (\d+) tokens per train step, g
                       r"accumulation steps (\d+), maximum context length (\d+)")
 _TT_INIT_OLD = re.compile(r"local batch size (\d+), global batch size (\d+), gradient "
                           r"accumulation steps (\d+), sequence length (\d+)")
-_TT_MODEL = re.compile(r"Building (\w+) (\S+?)(?: with|\s*$)", re.M)
+_TT_MODEL = re.compile(r"Building (\w+) (\S+)\s*$", re.M)
 # megatron/training/vocab_utils.py: " > padded vocab (size: V) with D dummy tokens (new size: P)"
 _PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
+_WORLD = re.compile(r"using world size: (\d+)|from rank 0 to all (\d+) ranks|\bWORLD_SIZE=(\d+)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # argparse dests whose flag is not --dest-with-dashes (megatron/training/arguments.py)
 _DEST_FLAGS = {
@@ -175,6 +176,11 @@ def read_megatron_log(text: str, path: str) -> LogRun:
             imported.shape["vocab_size"] = int(padded.group(1))
     elif data:
         imported = nemo.from_data(data, text, path)
+        # a Megatron-Bridge log names no world size: Megatron's own line, the config broadcast
+        # (training/utils/checkpoint_utils.py) or the launcher's environment echo
+        world = _WORLD.search(text)
+        if world:
+            imported.num_gpus = int(next(g for g in world.groups() if g))
     else:
         raise SpecError(f"{path}: a Megatron/NeMo log without its argument block or printed "
                         "config: the layout cannot be read")
