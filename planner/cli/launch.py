@@ -43,11 +43,10 @@ RECIPE_OPTIONS = ("precision", "attention", "grad_dtype", "tp_comm_overlap", "p2
 
 
 def given(ctx: typer.Context, names: tuple[str, ...]) -> set[str]:
-    """The options the user typed (not left at their default)."""
-    from click.core import ParameterSource
-
-    return {n for n in names if ctx.get_parameter_source(n) not in (ParameterSource.DEFAULT,
-                                                                    None)}
+    """The options the user typed (not left at their default): the context's ParameterSource
+    (click's enum, vendored by typer) compared by name."""
+    sources = {n: ctx.get_parameter_source(n) for n in names}
+    return {n for n, s in sources.items() if s is not None and s.name != "DEFAULT"}
 
 
 def inputs(ctx: typer.Context, config: Path | None, model: str | None, cluster: str | None,

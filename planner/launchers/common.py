@@ -128,6 +128,8 @@ def unknown_keys(name: str, keys: list[str]) -> list[str]:
 def _same(model: ModelSpec, key: str, value: Any) -> bool:
     if key == "num_key_value_heads":
         return model.kv_heads == (value or model.num_attention_heads)
+    if key == "moe_intermediate_size":
+        return model.expert_ffn == (value or model.intermediate_size)
     if key == "head_dim":
         return model.head_size == (value or model.hidden_size // model.num_attention_heads)
     return getattr(model, key) == value
@@ -173,7 +175,7 @@ def as_int(value: Any) -> int | None:
 
 def as_bool(value: Any) -> bool | None:
     """A bool from a config value (true/false/True/1/0/yes/no), None otherwise."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or value is None:
         return value
     text = str(value).strip().lower()
     if text in ("true", "1", "yes", "on"):
