@@ -112,7 +112,7 @@ def test_what_a_launcher_cannot_express_is_warned_and_commented():
             assert f"# WARNING: {warning}" in result.text
 
 
-# ---- golden: Megatron-LM examples/gpt3/train_gpt3_175b_distributed.sh ---------------------------
+# ---- golden: Megatron-LM examples/gpt3/train_gpt3_175b_distributed.sh ----
 # tests/data/launchers/train_gpt3_175b_distributed.sh is the file of NVIDIA/Megatron-LM at
 # d98e8a64ddf3 (last changed in 779c5b748dbc, 2026-07-10). Its layout: TP 8, PP 16, micro-batch 1,
 # global batch 1536, fp16, seq 2048, GPT-3 175B (96 layers, hidden 12288, 96 heads); 128 GPUs
@@ -145,8 +145,9 @@ def test_golden_megatron_gpt3_175b_script():
         2048, 1536, "fp16")
 
 
-# ---- golden: Megatron-Bridge Llama 3 70B H100 performance recipe ----------------------------------
-# NVIDIA-NeMo/Megatron-Bridge @ 067f987df03b, src/megatron/bridge/perf_recipes/llama/h100/llama3.py
+# ---- golden: Megatron-Bridge Llama 3 70B H100 performance recipe ----
+# NVIDIA-NeMo/Megatron-Bridge @ 067f987df03b,
+# src/megatron/bridge/perf_recipes/llama/h100/llama3.py
 # llama3_70b_pretrain_64gpu_h100_bf16_config on recipes/llama/h100/llama3.py
 # llama3_70b_pretrain_32gpu_h100_bf16_config (values typed from those functions; the YAML form is
 # tests/data/launchers/megatron_bridge_llama3_70b_64gpu_h100_bf16.yaml).
@@ -194,8 +195,9 @@ def test_golden_megatron_bridge_llama3_70b_recipe():
     assert resolved.job == source.job
 
 
-# ---- golden: torchtitan's Llama 3 405B -------------------------------------------------------------
-# pytorch/torchtitan @ b5bcd76c66d0 torchtitan/models/llama3/config_registry.py llama3_405b:
+# ---- golden: torchtitan's Llama 3 405B ----
+# pytorch/torchtitan @ b5bcd76c66d0, torchtitan/models/llama3/config_registry.py
+# llama3_405b:
 # model_registry("405B", converters=[Float8LinearConverter.Config(filter_fqns=["lm_head"])]),
 # TrainingConfig(num_tokens_per_microbatch_per_dp_rank=2 * 8192, max_context_length=8192),
 # ParallelismConfig(tensor_parallel_degree=8) (FSDP over the rest: data_parallel_shard_degree -1),
