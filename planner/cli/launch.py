@@ -72,6 +72,8 @@ def inputs(ctx: typer.Context, config: Path | None, model: str | None, cluster: 
     job_overrides.update(seq_len=seq_len, global_batch=global_batch)
     gpu = load_gpu(str(profile)) if profile is not None else None
     resolved = resolve(imported, model, cluster, gpu, job_overrides, pins)
+    for note in resolved.notes:
+        print(f"note: {config}: {note}", file=sys.stderr)
     return resolved.model, resolved.cluster, resolved.job, resolved.pins, resolved
 
 
