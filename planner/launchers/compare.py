@@ -15,6 +15,8 @@ from planner.search.problem import KNOBS, Space, knob_code
 # model can tell apart (its held-out median error is several percent, README Accuracy), so the
 # changes named are the few that matter, not a chase of the last 0.1%.
 REACH_TOLERANCE = 0.01
+# The knobs a user changes: dp follows from tp, pp and cp on a fixed cluster, so it is not counted.
+CHANGE_KNOBS = tuple(k for k in KNOBS if k != "dp")
 
 
 @dataclass
@@ -56,7 +58,7 @@ def compare(space: Space, current: Layout, current_step_time_s: float,
     best_time = float(times[best_i])
     rank = int((fits & (times < current_step_time_s)).sum()) + 1 if current_fits else None
     diff = np.zeros(len(times), dtype=int)
-    for knob in KNOBS:
+    for knob in CHANGE_KNOBS:
         diff += np.asarray(space.knobs[knob]) != knob_code(knob, getattr(current, knob))
     comparison = Comparison(current, current_step_time_s, current_fits, rank, fitting,
                             space.layout(best_i), best_time)
@@ -69,13 +71,14 @@ def compare(space: Space, current: Layout, current_step_time_s: float,
     target = int(among[np.argmin(times[among])])
     comparison.target = space.layout(target)
     comparison.target_step_time_s = float(times[target])
-    comparison.changes = [(k, getattr(current, k), getattr(comparison.target, k)) for k in KNOBS
+    comparison.changes = [(k, getattr(current, k), getattr(comparison.target, k))
+                          for k in CHANGE_KNOBS
                           if getattr(current, k) != getattr(comparison.target, k)]
     single = np.flatnonzero(fits & (diff == 1) & (times < current_step_time_s))
     if len(single):
         i = int(single[np.argmin(times[single])])
         layout = space.layout(i)
-        knob = next(k for k in KNOBS if getattr(layout, k) != getattr(current, k))
+        knob = next(k for k in CHANGE_KNOBS if getattr(layout, k) != getattr(current, k))
         comparison.one_change = (knob, getattr(current, knob), getattr(layout, knob),
                                  float(times[i]))
     return comparison
@@ -96,6 +99,8 @@ def describe(c: Comparison) -> list[str]:
             lines.append(f"it is within {REACH_TOLERANCE:.0%} of the best: no change needed")
         return lines
     text = ", ".join(f"{k} {a} -> {b}" for k, a, b in c.changes)
+    if c.target is not None and c.target.dp != c.current.dp:
+        text += f" (dp {c.current.dp} -> {c.target.dp} follows)"
     lines.append(f"smallest change within {REACH_TOLERANCE:.0%} of the best "
                  f"({len(c.changes)} knob{'s' if len(c.changes) > 1 else ''}): {text} "
                  f"-> {c.target} at {c.target_step_time_s:.3f} s")

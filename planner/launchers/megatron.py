@@ -89,7 +89,8 @@ def layout_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
         ("--pipeline-model-parallel-size", lay.pp),
     ]
     if lay.vpp > 1:
-        # current form; older releases take --num-layers-per-virtual-pipeline-stage L/(pp*vpp)
+        # since Megatron-LM ef490839e8 (2025-02-03); older releases take
+        # --num-layers-per-virtual-pipeline-stage L/(pp*vpp) (both are read back)
         args.append(("--num-virtual-stages-per-pipeline-rank", lay.vpp))
     if lay.cp > 1:
         args.append(("--context-parallel-size", lay.cp))
@@ -172,6 +173,10 @@ def export(plan: LaunchPlan) -> Export:
              "# NullTokenizer with --vocab-size benchmarks the layout; replace it with your "
              "tokenizer and data arguments (--data-path, --tokenizer-model, ...) and add the "
              "optimizer's (--lr, --train-iters, ...).",
+             *([f"# virtual stages: Megatron-LM before ef490839e8 (2025-02-03) takes "
+                f"--num-layers-per-virtual-pipeline-stage "
+                f"{plan.model.num_hidden_layers // (plan.layout.pp * plan.layout.vpp)} instead"]
+               if plan.layout.vpp > 1 else []),
              *[f"# WARNING: {w}" for w in warnings],
              "set -euo pipefail",
              "export CUDA_DEVICE_MAX_CONNECTIONS=1",

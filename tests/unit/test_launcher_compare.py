@@ -5,9 +5,8 @@ with fewer changed knobs reaches within the tolerance of the best."""
 from __future__ import annotations
 
 from planner import JobSpec, Layout, estimate, load_model, parse_cluster
-from planner.launchers.compare import REACH_TOLERANCE, compare, describe
+from planner.launchers.compare import CHANGE_KNOBS, REACH_TOLERANCE, compare, describe
 from planner.search.exhaustive import exhaustive_space
-from planner.search.problem import KNOBS
 
 
 def test_rank_gap_and_fewest_changes_agree_with_brute_force():
@@ -26,12 +25,12 @@ def test_rank_gap_and_fewest_changes_agree_with_brute_force():
     reach = [(lay, t) for lay, t in rows if t <= best * (1 + REACH_TOLERANCE)]
 
     def changed(lay: Layout) -> int:
-        return sum(getattr(lay, k) != getattr(current, k) for k in KNOBS)
+        return sum(getattr(lay, k) != getattr(current, k) for k in CHANGE_KNOBS)
 
     fewest = min(changed(lay) for lay, _ in reach)
     assert len(result.changes) == fewest
     assert result.target_step_time_s <= best * (1 + REACH_TOLERANCE)
-    assert {k for k, _, _ in result.changes} == {k for k in KNOBS if getattr(
+    assert {k for k, _, _ in result.changes} == {k for k in CHANGE_KNOBS if getattr(
         result.target, k) != getattr(current, k)}
     text = "\n".join(describe(result))
     assert f"rank {result.rank} of {len(rows)}" in text
