@@ -5,6 +5,7 @@ estimate gives the same layout and step time for every launcher."""
 from __future__ import annotations
 
 import ast
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,16 @@ def test_round_trip_export_import_estimate(launcher, case, tmp_path):
                         if launcher == "deepspeed" else exported.keys) == []
     path = tmp_path / "config"
     path.write_text(exported.text)
+    if launcher in ("megatron", "deepspeed"):  # a script bash accepts
+        check = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stderr
+    if launcher == "deepspeed":  # its ds_config heredoc is JSON with DeepSpeed's batch identity
+        from planner.launchers.deepspeed import _heredoc_json
+
+        config = _heredoc_json(exported.text)
+        assert config["train_batch_size"] == (config["train_micro_batch_size_per_gpu"]
+                                              * config["gradient_accumulation_steps"]
+                                              * layout.dp)
     imported = read_config(path)
     assert imported.launcher == launcher
     resolved = resolve(imported, None, source.cluster.gpu.name)  # a bare GPU name
