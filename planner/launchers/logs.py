@@ -58,7 +58,8 @@ _TT_INIT = re.compile(r"(\d+) tokens per DP rank, (\d+) tokens per train step, g
                       r"accumulation steps (\d+), maximum context length (\d+)")
 _TT_INIT_OLD = re.compile(r"local batch size (\d+), global batch size (\d+), gradient "
                           r"accumulation steps (\d+), sequence length (\d+)")
-_TT_MODEL = re.compile(r"Building (\w+) (\S+)\s*$", re.M)
+# "Building llama3 405B" (b5bcd76c66d0); v0.2.2 prints "Building llama3 405Bwith {json}" (no space)
+_TT_MODEL = re.compile(r"Building (\w+) (\S+?)(?:with \{|\s*$)", re.M)
 # megatron/training/vocab_utils.py: " > padded vocab (size: V) with D dummy tokens (new size: P)"
 _PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
 _WORLD = re.compile(r"using world size: (\d+)|from rank 0 to all (\d+) ranks|\bWORLD_SIZE=(\d+)")
@@ -190,6 +191,7 @@ def read_megatron_log(text: str, path: str) -> LogRun:
 def read_torchtitan_log(text: str, path: str) -> LogRun:
     text = _ANSI.sub("", text)
     imported = Imported("torchtitan", path, framework="torchtitan")
+    notes: list[str] = []
     echo = re.search(r"Running with configs: (\{.*?\n\})", text, re.S)
     facts: dict[str, Any] = {}
     model = _TT_MODEL.search(text)
@@ -200,7 +202,7 @@ def read_torchtitan_log(text: str, path: str) -> LogRun:
     if ac:
         name = ac.group(1).lower()
         facts["ac"] = "FullAC" if "full" in name else "SelectiveAC"
-    if "Float8 training active" in text or "Swapped to Float8Linear" in text:
+    if re.search(r"Float8 .*training active|Swapped to Float8Linear", text):
         facts["fp8"] = True
     sections: dict[str, dict[str, Any]] = {"training": {}, "parallelism": {}, "compile": {}}
     if echo:
@@ -233,16 +235,25 @@ def read_torchtitan_log(text: str, path: str) -> LogRun:
     init = _TT_INIT.search(text)
     old_init = _TT_INIT_OLD.search(text)
     tokens_per_step = None
+    pipelined = degrees.get("pp", 1) > 1
     if init:
+        # trainer.py: tokens per DP rank = tokens per micro-batch x pipeline micro-batches
         per_rank, tokens_per_step, accum, seq = (int(g) for g in init.groups())
         training.update(max_context_length=seq, num_tokens_per_train_step=tokens_per_step)
-        training.setdefault("num_tokens_per_microbatch_per_dp_rank", per_rank)
+        training.setdefault("num_tokens_per_microbatch_per_dp_rank",
+                            seq if pipelined else per_rank)
     elif old_init:
+        # torchtitan <= v0.2.2: local_batch_size sequences per DP rank per accumulation step
         local, global_batch, accum, seq = (int(g) for g in old_init.groups())
-        training.update(max_context_length=seq, num_tokens_per_train_step=global_batch * seq,
-                        num_tokens_per_microbatch_per_dp_rank=local // accum * seq)
+        training.update(max_context_length=seq, num_tokens_per_train_step=global_batch * seq)
+        training.setdefault("num_tokens_per_microbatch_per_dp_rank",
+                            seq if pipelined else local * seq)
         tokens_per_step = global_batch * seq
+    if pipelined and not echo:
+        notes.append("pipelined run without the config echo (debug.print_config): micro-batch "
+                     "size taken as 1, virtual stages as 1")
     imported = torchtitan.from_sections(sections, facts, imported)
+    imported.notes += notes
     world = math.prod(degrees.get(k, 1) for k in ("pp", "dp_replicate", "dp_shard", "cp", "tp"))
     if degrees:
         imported.num_gpus = world

@@ -67,3 +67,14 @@ def test_a_file_that_is_no_log(tmp_path):
     path.write_text("nothing here\n")
     with pytest.raises(SpecError, match="not a training log"):
         read_log(path)
+
+
+def test_torchtitan_v022_log_of_the_405b_toml_preset():
+    # torchtitan <= v0.2.2 prints "local batch size L, global batch size B, ..." and
+    # "Building llama3 405Bwith {...}" (train.py at 9810191bbb03^); the layout is its 405B TOML
+    run = run_from_log(DATA / "torchtitan_v022_llama3_405b.log", load_gpu("H100"))
+    # 32 x 8192 tokens per step on 16 x 8 = 128 GPUs; steady tps (steps 4-10) median 181
+    assert run.measured_step_time_s == pytest.approx(32 * 8192 / (181 * 128))
+    assert run.model.name == "llama3.1-405b"
+    assert run.layout == Layout(tp=8, pp=1, dp=16, mbs=2, zero=3, recompute="full", sp=True)
+    assert run.job.precision == "fp8"
