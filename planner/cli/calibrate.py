@@ -3,9 +3,11 @@
     planner calibrate --runs runs.jsonl --profile cpu.yaml --out cpu-fitted.yaml
     planner calibrate --runs my_cluster_logs.csv --profile H100 --out h100-fitted.yaml
     planner calibrate --runs runs.csv --profile A100 --out a.yaml --fit gemm_scale,dp_overlap
+    planner calibrate --runs megatron.log --runs titan.log --profile H100 --out h100-mine.yaml
 
---runs takes the JSON-lines records of `planner validate` or a CSV with the columns of
-published_runs.csv (your own training logs). Prints the step-time error per run and overall,
+--runs (repeatable) takes the JSON-lines records of `planner validate`, a CSV with the columns of
+published_runs.csv, or a Megatron-LM / NeMo / torchtitan training log (planner.launchers.logs:
+layout and model from the log, the median of its steady steps, predicted on --profile's GPU). Prints the step-time error per run and overall,
 before and after the fit and cross-validated, and writes the fitted profile atomically.
 """
 
