@@ -7,7 +7,8 @@
 
 --runs (repeatable) takes the JSON-lines records of `planner validate`, a CSV with the columns of
 published_runs.csv, or a Megatron-LM / NeMo / torchtitan training log (planner.launchers.logs:
-layout and model from the log, the median of its steady steps, predicted on --profile's GPU). Prints the step-time error per run and overall,
+layout and model from the log, the median of its steady steps, predicted on --profile's GPU).
+Prints the step-time error per run and overall,
 before and after the fit and cross-validated, and writes the fitted profile atomically.
 """
 

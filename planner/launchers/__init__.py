@@ -111,6 +111,11 @@ def resolve(imported: Imported, model: str | None, cluster: str | ClusterSpec | 
     job_fields.update({k: v for k, v in (job_overrides or {}).items() if v is not None})
     if model is not None:
         model_spec = load_model(model)
+        from planner.launchers.common import states_as
+
+        differ = [k for k, v in imported.shape.items() if not states_as(model_spec, k, v)]
+        if differ:
+            notes.append(f"--model {model} overrides the config's {', '.join(differ)}")
     elif imported.model_name:
         model_spec = load_model(imported.model_name)
     elif imported.shape:

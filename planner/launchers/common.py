@@ -125,7 +125,8 @@ def unknown_keys(name: str, keys: list[str]) -> list[str]:
 
 # ---- model shape ------------------------------------------------------------------------------
 
-def _same(model: ModelSpec, key: str, value: Any) -> bool:
+def states_as(model: ModelSpec, key: str, value: Any) -> bool:
+    """Whether the model states `key` as `value` (KV heads, head size, expert FFN by effect)."""
     if key == "num_key_value_heads":
         return model.kv_heads == (value or model.num_attention_heads)
     if key == "moe_intermediate_size":
@@ -148,7 +149,7 @@ def model_from_shape(shape: dict[str, Any], name: str, seq_len: int | None = Non
     if missing:
         raise SpecError(f"{name}: the config does not state {', '.join(missing)}; give --model")
     for model in builtin_models().values():
-        if all(_same(model, k, v) for k, v in shape.items()):
+        if all(states_as(model, k, v) for k, v in shape.items()):
             return model
     data = {k: v for k, v in shape.items() if v is not None}
     data.update(name=name, seq_len=seq_len or 2048, global_batch=global_batch or 1)
