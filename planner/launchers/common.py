@@ -26,7 +26,8 @@ SHAPE_FIELDS = (
     "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
     "intermediate_size", "vocab_size", "activation", "norm", "tie_word_embeddings",
     "position_embedding", "linear_bias", "num_experts", "num_experts_per_tok",
-    "moe_intermediate_size", "num_shared_experts", "q_lora_rank", "kv_lora_rank",
+    "moe_intermediate_size", "num_shared_experts", "first_k_dense_replace", "moe_layer_freq",
+    "q_lora_rank", "kv_lora_rank",
     "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
 )
 # JobSpec recipe fields an export can carry; each launcher says which it expresses.

@@ -70,7 +70,7 @@ def model_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
                          m.num_shared_experts * m.expert_ffn))
         if m.first_k_dense_replace or m.moe_layer_freq != 1:
             pattern = [int(m.is_moe_layer(i)) for i in range(m.num_hidden_layers)]
-            args.append(("--moe-layer-freq", "([" + ",".join(map(str, pattern)) + "])"))
+            args.append(("--moe-layer-freq", layer_pattern(pattern)))
     if m.is_mla:
         args += [("--multi-latent-attention", True), ("--kv-lora-rank", m.kv_lora_rank),
                  ("--qk-head-dim", m.qk_nope_head_dim), ("--qk-pos-emb-head-dim",
@@ -79,6 +79,41 @@ def model_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
         if m.q_lora_rank:
             args.append(("--q-lora-rank", m.q_lora_rank))
     return args
+
+
+def layer_pattern(pattern: list[int]) -> str:
+    """Megatron's --moe-layer-freq pattern string (arguments.py moe_freq_type), run-length
+    encoded: [0, 0, 0, 1, 1] -> '([0]*3+[1]*2)'."""
+    runs: list[tuple[int, int]] = []
+    for bit in pattern:
+        if runs and runs[-1][0] == bit:
+            runs[-1] = (bit, runs[-1][1] + 1)
+        else:
+            runs.append((bit, 1))
+    return "(" + "+".join(f"[{b}]*{n}" for b, n in runs) + ")"
+
+
+def read_layer_pattern(text: str, layers: int) -> tuple[int, int] | None:
+    """(first_k_dense_replace, moe_layer_freq) of a --moe-layer-freq value: an integer N (one
+    expert layer every N) or a pattern of [0]/[1] lists (evaluated with nothing but list
+    arithmetic); None when the pattern is not k dense layers then every n-th an expert layer."""
+    text = text.strip()
+    if text.isdigit():
+        return 0, int(text)
+    if not re.fullmatch(r"[\[\]()+*,\d\s]+", text) or "**" in text or \
+            any(int(n) > layers for n in re.findall(r"\d+", text)):
+        return None  # list arithmetic on numbers no larger than the layer count, nothing else
+    try:
+        pattern = eval(text, {"__builtins__": {}}, {})  # noqa: S307 - digits and list ops only
+    except (SyntaxError, TypeError, ValueError):
+        return None
+    if not isinstance(pattern, list) or len(pattern) != layers or 1 not in pattern:
+        return None
+    first = pattern.index(1)
+    ones = [i for i, b in enumerate(pattern) if b]
+    step = ones[1] - ones[0] if len(ones) > 1 else 1
+    expected = [int(i >= first and (i - first) % step == 0) for i in range(layers)]
+    return (first, step) if expected == pattern else None
 
 
 def layout_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
@@ -304,6 +339,14 @@ def read_args(args: dict[str, Any], imported: Imported) -> Imported:
             shared = as_int(args.get("--moe-shared-expert-intermediate-size"))
             if shared and ffn:
                 shape["num_shared_experts"] = shared // ffn
+            freq = args.get("--moe-layer-freq")
+            if freq not in (None, True) and shape.get("num_hidden_layers"):
+                read = read_layer_pattern(str(freq), shape["num_hidden_layers"])
+                if read:
+                    shape["first_k_dense_replace"], shape["moe_layer_freq"] = read
+                else:
+                    imported.notes.append(f"--moe-layer-freq {freq} is not k dense layers then "
+                                          "every n-th an expert layer: read as all-MoE")
     if _flag(args, "--multi-latent-attention"):
         for flag, key in (("--q-lora-rank", "q_lora_rank"), ("--kv-lora-rank", "kv_lora_rank"),
                           ("--qk-head-dim", "qk_nope_head_dim"),

@@ -63,6 +63,9 @@ def overrides(plan: LaunchPlan, warnings: list[str]) -> dict[str, dict[str, Any]
                      moe_ffn_hidden_size=m.expert_ffn)
         if m.num_shared_experts:
             model["moe_shared_expert_intermediate_size"] = m.num_shared_experts * m.expert_ffn
+        if m.first_k_dense_replace or m.moe_layer_freq != 1:
+            # TransformerConfig.moe_layer_freq: an int or one 0/1 entry per layer
+            model["moe_layer_freq"] = [int(m.is_moe_layer(i)) for i in range(m.num_hidden_layers)]
     if m.is_mla:
         warnings.append("MLA dimensions are not exported: start from the model's own recipe "
                         "(its provider sets q_lora_rank, kv_lora_rank, ...)")
@@ -202,6 +205,14 @@ def from_data(data: dict[str, Any], text: str, path: str) -> Imported:
         shape["tie_word_embeddings"] = True if share is None else share
         bias = as_bool(model.get("add_bias_linear", model.get("bias")))
         shape["linear_bias"] = True if bias is None else bias
+        freq = model.get("moe_layer_freq")
+        if shape.get("num_experts") and freq is not None:
+            from planner.launchers.megatron import read_layer_pattern
+
+            freq_text = str(freq) if not isinstance(freq, list) else str([int(b) for b in freq])
+            read = read_layer_pattern(freq_text, shape.get("num_hidden_layers", 0))
+            if read:
+                shape["first_k_dense_replace"], shape["moe_layer_freq"] = read
         if shape.get("num_experts") and as_int(model.get("moe_shared_expert_intermediate_size")) \
                 and shape.get("moe_intermediate_size"):
             shape["num_shared_experts"] = (as_int(model["moe_shared_expert_intermediate_size"])

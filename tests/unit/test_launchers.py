@@ -53,6 +53,9 @@ LAYOUTS = [
      Layout(tp=2, pp=4, dp=8, ep=8, mbs=1, zero=2, recompute="selective", sp=True)),
     ("llama2-7b", "1x8xA100", JobSpec(seq_len=4096, global_batch=64, p2p_overlap=False),
      Layout(tp=2, pp=2, dp=2, vpp=2, mbs=2, zero=1, recompute="selective", sp=True)),
+    # MoE with leading dense layers and shared experts, MLA (Megatron: --moe-layer-freq pattern)
+    ("deepseek-v3", "32x8xH100", JobSpec(seq_len=4096, global_batch=1024),
+     Layout(tp=2, pp=8, dp=16, ep=16, mbs=1, zero=1, recompute="full", sp=True)),
 ]
 
 
