@@ -277,3 +277,16 @@ def test_detection_refuses_other_files(tmp_path):
     path.write_text("hello\n")
     with pytest.raises(SpecError, match="not a launcher config"):
         read_config(path)
+
+
+def test_moe_layer_pattern_round_trips_and_evaluates_nothing_else():
+    from planner.launchers.megatron import layer_pattern, read_layer_pattern
+
+    pattern = [0] * 3 + [1] * 58  # DeepSeek-V3: first_k_dense_replace 3
+    assert layer_pattern(pattern) == "([0]*3+[1]*58)"
+    assert read_layer_pattern("([0]*3+[1]*58)", 61) == (3, 1)
+    assert read_layer_pattern("([0]+[1,0]*4+[1])", 10) == (1, 2)
+    assert read_layer_pattern("2", 10) == (0, 2)  # one expert layer every 2
+    assert read_layer_pattern("9**9**9", 61) is None
+    assert read_layer_pattern("[0]*10000000000", 61) is None
+    assert read_layer_pattern("__import__('os')", 61) is None
