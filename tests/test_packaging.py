@@ -91,3 +91,5 @@ def test_wheel_contents(installed):
     for model in (REPO / "model_specs").glob("*.yaml"):
         assert f"planner/model_specs/{model.name}" in names
     assert not any(n.startswith(("validate/", "tests/", "hardware_profiles/")) for n in names)
+    for keys in (REPO / "planner" / "launchers" / "known_keys").glob("*.txt"):  # export checks
+        assert f"planner/launchers/known_keys/{keys.name}" in names
