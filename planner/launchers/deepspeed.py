@@ -232,6 +232,21 @@ def read_ds_config(config: dict[str, Any], imported: Imported) -> None:
         pins["recompute"] = "offload"
 
 
+def apply_recipe(imported: Imported, args: dict[str, Any]) -> None:
+    """What Megatron-DeepSpeed runs whatever its arguments say (shared with the log reader)."""
+    imported.pins["vpp"] = 1  # the pipeline engine has no interleaving
+    if imported.pins.get("recompute") == "full" and megatron._flag(args, "--checkpoint-in-cpu"):
+        imported.pins["recompute"] = "offload"
+    # its pipeline engine reduces gradients after the backward, blocks on its sends, has no TP
+    # overlap; attention is unfused unless flash is asked for; 16-bit gradients
+    imported.job["tp_comm_overlap"] = False
+    imported.job["p2p_overlap"] = False
+    if imported.pins.get("pp", 1) > 1:
+        imported.job["grad_overlap"] = False
+    imported.job.setdefault("attention", "unfused")
+    imported.job.setdefault("grad_dtype", "half")
+
+
 def read(text: str, path: str) -> Imported:
     from planner.errors import SpecError
 
@@ -261,15 +276,5 @@ def read(text: str, path: str) -> Imported:
         imported.pins["ep"] = as_int(args["--moe-expert-parallel-size"])
     if as_int(args.get("--topk")) and imported.shape.get("num_experts"):
         imported.shape["num_experts_per_tok"] = as_int(args["--topk"])
-    imported.pins["vpp"] = 1  # the pipeline engine has no interleaving
-    if imported.pins.get("recompute") == "full" and megatron._flag(args, "--checkpoint-in-cpu"):
-        imported.pins["recompute"] = "offload"
-    # DeepSpeed's recipe (JobSpec): its pipeline engine reduces gradients after the backward,
-    # blocks on its sends, has no TP overlap; attention is unfused unless flash is asked for
-    imported.job["tp_comm_overlap"] = False
-    imported.job["p2p_overlap"] = False
-    if imported.pins.get("pp", 1) > 1:
-        imported.job["grad_overlap"] = False
-    if "attention" not in imported.job:
-        imported.job["attention"] = "unfused"
+    apply_recipe(imported, args)
     return imported

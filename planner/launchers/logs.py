@@ -165,8 +165,11 @@ def read_megatron_log(text: str, path: str) -> LogRun:
     if args:
         framework = "Megatron-DeepSpeed" if args.get("--deepspeed") is True else "Megatron-LM"
         imported = megatron.read_args(args, Imported("megatron", path, framework=framework))
-        if "--zero-stage" in args and args.get("--deepspeed") is True:
-            imported.pins["zero"] = as_int(args["--zero-stage"]) or 0
+        if args.get("--deepspeed") is True:
+            from planner.launchers.deepspeed import apply_recipe
+
+            imported.pins["zero"] = as_int(args.get("--zero-stage")) or 0
+            apply_recipe(imported, args)
         world = args.get("__world_size")
         if world:
             imported.num_gpus = world

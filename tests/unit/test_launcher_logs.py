@@ -78,3 +78,19 @@ def test_torchtitan_v022_log_of_the_405b_toml_preset():
     assert run.model.name == "llama3.1-405b"
     assert run.layout == Layout(tp=8, pp=1, dp=16, mbs=2, zero=3, recompute="full", sp=True)
     assert run.job.precision == "fp8"
+
+
+def test_megatron_deepspeed_log_takes_deepspeeds_recipe():
+    # Megatron-DeepSpeed prints the same argument block (megatron/arguments.py _print_args at
+    # 4efb479d5317) and iteration line (megatron/training.py)
+    run = run_from_log(DATA / "megatron_deepspeed_llama2_7b.log", load_gpu("A100"))
+    steady = [5903.8, 5921.6, 5898.2, 5915.0, 5909.4]  # iterations 4-8, ms
+    assert run.measured_step_time_s == pytest.approx(statistics.median(steady) / 1000)
+    assert run.extra["framework"] == "Megatron-DeepSpeed"
+    assert run.model.name == "llama2-7b"
+    assert run.layout == Layout(tp=2, pp=2, dp=4, mbs=4, zero=1, recompute="full", sp=False)
+    # DeepSpeed's pipeline engine: 16-bit gradients reduced after the backward, blocking sends
+    assert (run.job.grad_dtype, run.job.grad_overlap, run.job.p2p_overlap) == ("half", False,
+                                                                               False)
+    assert run.job.attention == "flash"  # --use-flash-attn-v2
+    assert run.cluster.num_gpus == 16
