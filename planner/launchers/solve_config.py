@@ -11,16 +11,13 @@ from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 
 def current_layout(pins: dict[str, Any], num_gpus: int) -> Layout:
-    """The config's layout; knobs it leaves out take `planner estimate`'s defaults."""
-    from planner.cli.estimate import DEFAULT_RECOMPUTE, DEFAULT_ZERO
+    """The config's layout; knobs it leaves out take `planner estimate`'s defaults (one home:
+    planner.cli.estimate.default_layout)."""
+    from planner.cli.estimate import default_layout
 
-    tp, pp, cp = pins.get("tp", 1), pins.get("pp", 1), pins.get("cp", 1)
-    return Layout(
-        tp=tp, pp=pp, cp=cp, dp=pins.get("dp", num_gpus // (tp * pp * cp)), ep=pins.get("ep", 1),
-        vpp=pins.get("vpp", 1), mbs=pins.get("mbs", 1),
-        zero=pins.get("zero", DEFAULT_ZERO), recompute=pins.get("recompute", DEFAULT_RECOMPUTE),
-        sp=pins.get("sp", tp > 1),
-    )
+    rest = {k: pins.get(k) for k in ("dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp")}
+    return default_layout(num_gpus, f"{num_gpus} GPUs", tp=pins.get("tp", 1),
+                          pp=pins.get("pp", 1), **rest)
 
 
 def compare_config(model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
