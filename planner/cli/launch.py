@@ -85,8 +85,9 @@ def write_export(launcher: LauncherChoice | str, model_spec, cluster_spec, job, 
     from planner.launchers import LaunchPlan, export_plan
 
     name = launcher.value if isinstance(launcher, Enum) else launcher
+    form = "python" if out is not None and out.suffix == ".py" else None  # nemo: recipe lines
     result = export_plan(name, LaunchPlan(model_spec, cluster_spec, job, plan.layout,
-                                          plan.estimate.step_time_s))
+                                          plan.estimate.step_time_s), form)
     for warning in result.warnings:
         print(f"warning: {name}: {warning}", file=sys.stderr)
     if out is None:

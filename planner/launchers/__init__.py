@@ -39,8 +39,12 @@ def module(launcher: str) -> ModuleType:
     return importlib.import_module(f"planner.launchers.{launcher}")
 
 
-def export_plan(launcher: str, plan: LaunchPlan) -> Export:
-    """The plan as the launcher's configuration text (keys validated against its list)."""
+def export_plan(launcher: str, plan: LaunchPlan, form: str | None = None) -> Export:
+    """The plan as the launcher's configuration text (keys validated against its list). `form`
+    picks a second written form where a launcher has one (nemo: 'python' recipe lines instead
+    of YAML)."""
+    if form is not None and launcher == "nemo":
+        return module(launcher).export(plan, form=form)
     return module(launcher).export(plan)
 
 

@@ -123,7 +123,10 @@ def _flat(sections: dict[str, Any]) -> list[tuple[str, Any]]:
     return out
 
 
-def export(plan: LaunchPlan) -> Export:
+def export(plan: LaunchPlan, form: str = "yaml") -> Export:
+    """The overrides as YAML (form 'yaml') or as the Python lines a Megatron-Bridge recipe
+    writes, `cfg.model.tensor_model_parallel_size = 4` (form 'python', as the performance
+    recipes in src/megatron/bridge/perf_recipes do)."""
     warnings: list[str] = []
     sections = overrides(plan, warnings)
     flat = _flat(sections)
@@ -146,23 +149,97 @@ def export(plan: LaunchPlan) -> Export:
         "# the same overrides as KEY=VALUE:",
         "#   " + " ".join(f"{k}={cli(v)}" for k, v in flat),
         *[f"# WARNING: {w}" for w in warnings],
-        yaml.safe_dump(sections, sort_keys=False, default_flow_style=False).rstrip(),
-        "",
     ]
+    if form == "python":
+        lines += [
+            "from megatron.bridge.training.config import ConfigContainer",
+            "",
+            "",
+            "def planner_overrides(cfg: ConfigContainer) -> ConfigContainer:",
+            '    """Apply the planned layout to a recipe\'s ConfigContainer."""',
+            *[f"    cfg.{k} = {v!r}" for k, v in flat],
+            "    return cfg",
+            "",
+        ]
+    else:
+        lines += [yaml.safe_dump(sections, sort_keys=False, default_flow_style=False).rstrip(), ""]
     return Export(NAME, "\n".join(lines), keys, warnings)
 
 
 # ---- reading ----------------------------------------------------------------------------------
 
+_PY_ASSIGN = re.compile(r"^\s*cfg\.(model|train|ddp|dataset|comm_overlap|mixed_precision)\b", re.M)
+
+
 def looks_like(text: str, path: str) -> bool:
+    if _PY_ASSIGN.search(text):
+        return True  # a Megatron-Bridge recipe function (cfg.model.x = ...)
     return bool(re.search(r"^(model|train|trainer):\s*$", text, re.M)) and (
         "tensor_model_parallel_size" in text or "num_layers" in text
         or "global_batch_size" in text)
 
 
+def python_sections(text: str, path: str) -> dict[str, Any]:
+    """ConfigContainer sections from a recipe's Python: `cfg.SECTION.FIELD = literal`,
+    `cfg.mixed_precision = NAME()` / `_perf_precision("bf16")`, CommOverlapConfig(...) keywords
+    and a `cfg.comm_overlap.tp_comm_overlap_cfg = ...` (userbuffers: TP overlap on)."""
+    import ast
+
+    from planner.errors import SpecError
+
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as exc:
+        raise SpecError(f"{path}: not valid Python: {exc.msg} (line {exc.lineno})") from None
+    data: dict[str, Any] = {}
+    precision_names = {"bf16": "bf16_mixed", "fp16": "fp16_mixed"}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            chain: list[str] = []
+            t: ast.AST = target
+            while isinstance(t, ast.Attribute):
+                chain.append(t.attr)
+                t = t.value
+            if not (isinstance(t, ast.Name) and t.id == "cfg") or not chain:
+                continue
+            chain.reverse()
+            value = node.value
+            if chain == ["mixed_precision"] and isinstance(value, ast.Call):
+                name = getattr(value.func, "id", getattr(value.func, "attr", ""))
+                arg = value.args[0].value if value.args and isinstance(
+                    value.args[0], ast.Constant) else None
+                data["mixed_precision"] = (precision_names.get(arg, f"{arg}_mixed")
+                                           if arg else name)
+                if name == "_perf_precision":
+                    # perf_recipes/_common.py: "Always sets grad_reduce_in_fp32=False"
+                    data.setdefault("ddp", {})["grad_reduce_in_fp32"] = False
+                continue
+            if chain == ["comm_overlap"] and isinstance(value, ast.Call):
+                section = data.setdefault("comm_overlap", {})
+                for kw in value.keywords:
+                    if kw.arg == "tp_comm_overlap" and isinstance(kw.value, ast.Constant):
+                        section["tp_comm_overlap"] = kw.value.value
+                continue
+            if len(chain) != 2:
+                continue
+            if chain == ["comm_overlap", "tp_comm_overlap_cfg"]:
+                data.setdefault("comm_overlap", {}).setdefault("tp_comm_overlap", True)
+                continue
+            try:
+                literal = ast.literal_eval(value)
+            except (ValueError, TypeError, SyntaxError):
+                continue  # e.g. torch.bfloat16, a function call: not a layout fact
+            data.setdefault(chain[0], {})[chain[1]] = literal
+    return data
+
+
 def read(text: str, path: str) -> Imported:
     from planner.errors import SpecError
 
+    if _PY_ASSIGN.search(text):
+        return from_data(python_sections(text, path), text, path)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -243,19 +320,19 @@ def from_data(data: dict[str, Any], text: str, path: str) -> Imported:
             gran = (model.get("recompute_granularity")
                     or model.get("activations_checkpoint_granularity"))  # NeMo 1
             pins["recompute"] = gran if gran in ("selective", "full") else "none"
-    if ddp or "optimizer" in data:
-        if as_bool(ddp.get("use_megatron_fsdp")):
-            strategy = str(ddp.get("data_parallel_sharding_strategy", "optim_grads_params"))
-            pins["zero"] = {"no_shard": 0, "optim": 1, "optim_grads": 2}.get(strategy, 3)
-        else:
-            dist = as_bool(ddp.get("use_distributed_optimizer",
-                                   (data.get("optimizer") or {}).get("use_distributed_optimizer")))
-            pins["zero"] = 1 if dist else 0
-        if "overlap_grad_reduce" in ddp:
-            job["grad_overlap"] = bool(as_bool(ddp["overlap_grad_reduce"]))
-        if "grad_reduce_in_fp32" in ddp:
-            job["grad_dtype"] = "auto" if as_bool(ddp["grad_reduce_in_fp32"]) else "half"
-    elif isinstance(model.get("optim"), dict) and "distributed" in str(model["optim"].get("name")):
+    optimizer = data.get("optimizer") or {}
+    dist = ddp.get("use_distributed_optimizer", optimizer.get("use_distributed_optimizer"))
+    if as_bool(ddp.get("use_megatron_fsdp")):
+        strategy = str(ddp.get("data_parallel_sharding_strategy", "optim_grads_params"))
+        pins["zero"] = {"no_shard": 0, "optim": 1, "optim_grads": 2}.get(strategy, 3)
+    elif dist is not None:
+        pins["zero"] = 1 if as_bool(dist) else 0
+    if "overlap_grad_reduce" in ddp:
+        job["grad_overlap"] = bool(as_bool(ddp["overlap_grad_reduce"]))
+    if "grad_reduce_in_fp32" in ddp:
+        job["grad_dtype"] = "auto" if as_bool(ddp["grad_reduce_in_fp32"]) else "half"
+    optim = model.get("optim")
+    if "zero" not in pins and isinstance(optim, dict) and "distributed" in str(optim.get("name")):
         pins["zero"] = 1  # NeMo 1: optim.name distributed_fused_adam
     precision = str(data.get("mixed_precision") or trainer.get("precision") or "")
     if "fp8" in precision or model.get("fp8") not in (None, False):

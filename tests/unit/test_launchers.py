@@ -207,6 +207,28 @@ def test_golden_megatron_bridge_llama3_70b_recipe():
     assert resolved.model.name == "llama3-70b"
     assert current_layout(resolved.pins, 64) == source.layout
     assert resolved.job == source.job
+    # the recipe function itself (verbatim copy; its base recipe gives the 70B shape, seq 8192
+    # and the distributed optimizer: --model and estimate's default zero 1 stand for them)
+    recipe = read_config(DATA / "megatron_bridge_llama3_70b_64gpu_h100_bf16_recipe.py")
+    from_recipe = resolve(recipe, "llama3-70b", "8x8xH100")
+    assert current_layout(from_recipe.pins, 64) == source.layout
+    assert from_recipe.job == source.job  # bf16, grads reduced in bf16, TP overlap, cuDNN
+
+
+def test_megatron_bridge_python_form_round_trips(tmp_path):
+    source = plan("llama3-70b", "8x8xH100",
+                  JobSpec(seq_len=8192, global_batch=256, tp_comm_overlap=True,
+                          attention="cudnn", grad_dtype="half"),
+                  Layout(tp=4, pp=4, dp=2, cp=2, vpp=5, mbs=1, zero=1, recompute="full",
+                         sp=True))
+    text = export_plan("nemo", source, form="python").text
+    ast.parse(text)
+    assert "    cfg.model.tensor_model_parallel_size = 4" in text
+    path = tmp_path / "overrides.py"
+    path.write_text(text)
+    resolved = resolve(read_config(path), None, "H100")
+    assert current_layout(resolved.pins, 64) == source.layout
+    assert resolved.job == source.job
 
 
 # ---- golden: torchtitan's Llama 3 405B ----
