@@ -249,6 +249,13 @@ def _python_sections(text: str, path: str) -> tuple[dict[str, dict[str, Any]], d
                         facts["ac"] = _call_name(node.value).split(".")[-2]
                     elif isinstance(node.value, ast.Constant) and node.value.value is None:
                         facts["ac"] = "None"
+    if "family" not in facts:
+        # a config_registry.py inside torchtitan/models/<family>/ imports `from . import
+        # model_registry` and its model class (Llama3Model, ...)
+        m = re.search(r"\b(Llama3|Qwen3|DeepSeekV3)Model\b", text)
+        if m:
+            facts["family"] = {"Llama3": "llama3", "Qwen3": "qwen3",
+                               "DeepSeekV3": "deepseek_v3"}[m.group(1)]
     shape = re.search(re.escape(_SHAPE_COMMENT) + r"(\{.*\})", text)
     if shape:
         facts["shape"] = ast.literal_eval(shape.group(1))
@@ -362,8 +369,16 @@ def from_sections(sections: dict[str, dict[str, Any]], facts: dict[str, Any],
         pins["zero"] = 2 if par.get("fsdp_reshard_after_forward") == "never" else 3
         if shard > 0:
             pins["dp"] = shard * replicate
-    if shard == -1 and replicate == 1 and facts.get("local_batch_size"):
-        imported.deferred["local_batch_size"] = facts["local_batch_size"]
+    if not (step_tokens and step_tokens > 0):
+        # no global batch stated: one accumulation step of every DP rank (trainer.py: tokens per
+        # DP rank = micro-batch tokens x pipeline micro-batches; TOML form: local_batch_size)
+        micro = as_int(par.get("num_pp_microbatches")) or 1
+        per_rank = facts.get("local_batch_size") or pins["mbs"] * (micro if pins["pp"] > 1
+                                                                    else 1)
+        if "dp" in pins:
+            imported.job["global_batch"] = per_rank * pins["dp"]
+        else:
+            imported.deferred["local_batch_size"] = per_rank
     ac = facts.get("ac", "SelectiveAC")  # Trainer.Config's default is SelectiveAC
     pins["recompute"] = {"None": "none", "FullAC": "full", "SelectiveAC": "selective",
                          "MemoryBudgetAC": "selective"}.get(ac, "selective")

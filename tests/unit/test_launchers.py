@@ -270,11 +270,13 @@ def test_golden_torchtitan_llama3_405b():
     assert facts["flavor"] == "405B" and facts["family"] == "llama3"
     assert facts["ac"] == "FullAC" and facts["fp8"]
     assert 'filter_fqns=["lm_head"]' in text
-    # the TOML preset of torchtitan <= v0.2.2 reads to the same layout on 128 H100
-    resolved = resolve(read_config(DATA / "torchtitan_llama3_405b.toml"), None, "16x8xH100")
-    assert resolved.model.name == "llama3.1-405b"
-    assert current_layout(resolved.pins, 128) == source.layout
-    assert resolved.job == source.job
+    # torchtitan's own llama3_405b (verbatim copy) and the TOML preset of torchtitan <= v0.2.2
+    # read to the same layout and job on 128 H100
+    for name in ("torchtitan_llama3_405b_config_registry.py", "torchtitan_llama3_405b.toml"):
+        resolved = resolve(read_config(DATA / name), None, "16x8xH100")
+        assert resolved.model.name == "llama3.1-405b", name
+        assert current_layout(resolved.pins, 128) == source.layout, name
+        assert resolved.job == source.job, name
 
 
 def test_megatron_script_reader_resolves_variables_and_arrays():
