@@ -312,7 +312,10 @@ def read_args(args: dict[str, Any], imported: Imported) -> Imported:
             shape[key] = value
     hidden = shape.get("hidden_size")
     if hidden and "intermediate_size" not in shape and "--num-layers" in args:
-        shape["intermediate_size"] = 4 * hidden  # Megatron's default ffn_hidden_size
+        # Megatron's default ffn_hidden_size (arguments.py validate_args): 4h, or with SwiGLU
+        # 2/3 of it rounded down to a multiple of 64
+        shape["intermediate_size"] = (int(4 * hidden * 2 / 3 / 64) * 64
+                                      if _flag(args, "--swiglu") else 4 * hidden)
     kv = as_int(args.get("--num-query-groups")) or as_int(args.get("--num-key-value-heads"))
     if kv and (_flag(args, "--group-query-attention") or "--num-key-value-heads" in args):
         shape["num_key_value_heads"] = kv

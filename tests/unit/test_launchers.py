@@ -314,3 +314,16 @@ def test_moe_layer_pattern_round_trips_and_evaluates_nothing_else():
     assert read_layer_pattern("9**9**9", 61) is None
     assert read_layer_pattern("[0]*10000000000", 61) is None
     assert read_layer_pattern("__import__('os')", 61) is None
+
+
+def test_megatron_default_ffn_follows_megatrons_rule():
+    from planner.launchers.common import Imported
+    from planner.launchers.megatron import read_args
+
+    def ffn(text: str) -> int:
+        return read_args(parse_args_text(text), Imported("megatron", "x")).shape[
+            "intermediate_size"]
+
+    # arguments.py validate_args: 4h; with SwiGLU int(4h * 2/3 / 64) * 64
+    assert ffn("--num-layers 2 --hidden-size 4096 --num-attention-heads 32") == 16384
+    assert ffn("--num-layers 2 --hidden-size 4096 --num-attention-heads 32 --swiglu") == 10880
