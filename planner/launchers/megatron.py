@@ -317,8 +317,8 @@ def read_args(args: dict[str, Any], imported: Imported) -> Imported:
         shape["intermediate_size"] = (int(4 * hidden * 2 / 3 / 64) * 64
                                       if _flag(args, "--swiglu") else 4 * hidden)
     kv = as_int(args.get("--num-query-groups")) or as_int(args.get("--num-key-value-heads"))
-    if kv and (_flag(args, "--group-query-attention") or "--num-key-value-heads" in args):
-        shape["num_key_value_heads"] = kv
+    if _flag(args, "--group-query-attention") or "--num-key-value-heads" in args:
+        shape["num_key_value_heads"] = kv or 1  # Megatron's num_query_groups default is 1
     if "--num-layers" in args:
         shape["activation"] = "swiglu" if _flag(args, "--swiglu") else "gelu"
         norm = str(args.get("--normalization", "LayerNorm")).lower()
