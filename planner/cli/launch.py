@@ -82,10 +82,10 @@ def write_export(launcher: LauncherChoice | str, model_spec, cluster_spec, job, 
     """Write plan's layout as the launcher's config to `out` (atomically) or stdout; warnings on
     stderr."""
     from planner.io import write_text_atomic
-    from planner.launchers import LaunchPlan, export_plan
+    from planner.launchers import FORMS, LaunchPlan, export_plan
 
     name = launcher.value if isinstance(launcher, Enum) else launcher
-    form = "python" if out is not None and out.suffix == ".py" else None  # nemo: recipe lines
+    form = FORMS.get((name, out.suffix.lower())) if out is not None else None
     result = export_plan(name, LaunchPlan(model_spec, cluster_spec, job, plan.layout,
                                           plan.estimate.step_time_s), form)
     for warning in result.warnings:

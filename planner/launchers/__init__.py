@@ -39,11 +39,15 @@ def module(launcher: str) -> ModuleType:
     return importlib.import_module(f"planner.launchers.{launcher}")
 
 
+# The second written form a launcher has, by file suffix: Megatron-Bridge recipe lines (.py)
+# instead of YAML, torchtitan's TOML job file (.toml, torchtitan <= v0.2.2) instead of Python.
+FORMS = {("nemo", ".py"): "python", ("torchtitan", ".toml"): "toml"}
+
+
 def export_plan(launcher: str, plan: LaunchPlan, form: str | None = None) -> Export:
     """The plan as the launcher's configuration text (keys validated against its list). `form`
-    picks a second written form where a launcher has one (nemo: 'python' recipe lines instead
-    of YAML)."""
-    if form is not None and launcher == "nemo":
+    picks the second written form where a launcher has one (FORMS)."""
+    if form is not None and form in {f for (name, _), f in FORMS.items() if name == launcher}:
         return module(launcher).export(plan, form=form)
     return module(launcher).export(plan)
 

@@ -222,6 +222,9 @@ def python_sections(text: str, path: str) -> dict[str, Any]:
                     if kw.arg == "tp_comm_overlap" and isinstance(kw.value, ast.Constant):
                         section["tp_comm_overlap"] = kw.value.value
                 continue
+            if chain == ["mixed_precision"] and isinstance(value, ast.Constant):
+                data["mixed_precision"] = value.value  # a recipe name: "bf16_mixed"
+                continue
             if len(chain) != 2:
                 continue
             if chain == ["comm_overlap", "tp_comm_overlap_cfg"]:

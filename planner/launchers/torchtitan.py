@@ -1,10 +1,10 @@
-"""torchtitan: a config-registry function (the current Python form), and reading one or the
-older TOML job file.
+"""torchtitan: a config-registry function (the current Python form) or the TOML job file of the
+released versions, and reading either.
 
 Forms (github.com/pytorch/torchtitan):
 - TOML job files (`--job.config_file llama3_405b.toml`): releases v0.1.0 to v0.2.2 (v0.2.2 is
   73a0e6979dd1, 2026-02-20) and main before 9810191bbb03 (2026-02-23, "Config System Refactor:
-  TOML to Python Dataclass Registry"). Read here; not written.
+  TOML to Python Dataclass Registry"). Read, and written with form 'toml' (`--out x.toml`).
 - Python config registries (`--module M --config FUNCTION` returning `Trainer.Config`): main
   since 9810191bbb03. Since 73aed7f6c09c ("fold batch dim", 2026-08-20) TrainingConfig takes
   tokens (num_tokens_per_microbatch_per_dp_rank, num_tokens_per_train_step,
@@ -52,7 +52,11 @@ def flavor_of(model_name: str, aliases: list[str]) -> tuple[str, str] | None:
     return None
 
 
-def export(plan: LaunchPlan) -> Export:
+def export(plan: LaunchPlan, form: str = "python") -> Export:
+    """The current config-registry function (form 'python'), or the TOML job file of torchtitan
+    v0.1.0-v0.2.2 (form 'toml': the released versions before the 2026 refactor)."""
+    if form == "toml":
+        return export_toml(plan)
     m, lay, job = plan.model, plan.layout, plan.job
     warnings: list[str] = []
     flavor = flavor_of(m.name, m.aliases)
@@ -159,6 +163,94 @@ def export(plan: LaunchPlan) -> Export:
     bad = unknown_keys(KEYS, keys)
     if bad:
         raise RuntimeError(f"torchtitan export uses keys its config lacks: {bad}")
+    return Export(NAME, "\n".join(lines), keys, warnings)
+
+
+def export_toml(plan: LaunchPlan) -> Export:
+    """The TOML job file (`--job.config_file`) of torchtitan <= v0.2.2: names of
+    torchtitan/config/job_config.py at 9810191bbb03^, layout as its llama3_405b.toml writes it."""
+    m, lay, job = plan.model, plan.layout, plan.job
+    warnings: list[str] = []
+    flavor = flavor_of(m.name, m.aliases)
+    family, flavor_name = flavor or ("llama3", "CUSTOM")
+    if flavor is None:
+        warnings.append(f"{m.name} has no torchtitan flavor here: register its shape as a "
+                        "flavor (the line below) and replace CUSTOM")
+    sections: dict[str, dict[str, Any]] = {
+        "job": {"description": f"planner export: {m.name} {lay}"},
+        "model": {"name": family, "flavor": flavor_name},
+    }
+    if job.precision == "fp8":
+        sections["model"]["converters"] = ["float8"]
+    if lay.pp > 1:  # one pipeline step per optimizer step: every micro-batch of the DP rank
+        local = lay.mbs * plan.grad_accum
+    else:
+        local = lay.mbs
+    sections["training"] = {"local_batch_size": local, "global_batch_size": job.global_batch,
+                            "seq_len": job.seq_len}
+    if lay.zero == 1:
+        warnings.append("ZeRO-1 has no FSDP2 form: exported as ZeRO-2 (FSDP sharding with "
+                        "fsdp_reshard_after_forward='never'), which also shards gradients")
+    par: dict[str, Any] = {
+        "data_parallel_replicate_degree": lay.dp if lay.zero == 0 else 1,
+        "data_parallel_shard_degree": 1 if lay.zero == 0 else lay.dp,
+    }
+    if lay.zero in (1, 2):
+        par["fsdp_reshard_after_forward"] = "never"
+    par["tensor_parallel_degree"] = lay.tp
+    if job.tp_comm_overlap:
+        par["enable_async_tensor_parallel"] = True
+    par["pipeline_parallel_degree"] = lay.pp
+    if lay.pp > 1:
+        par["pipeline_parallel_schedule"] = "Interleaved1F1B" if lay.vpp > 1 else "1F1B"
+        par["pipeline_parallel_layers_per_stage"] = m.num_hidden_layers // (lay.pp * lay.vpp)
+        par["pipeline_parallel_microbatch_size"] = lay.mbs
+    par.update(context_parallel_degree=lay.cp, expert_parallel_degree=lay.ep)
+    sections["parallelism"] = par
+    sections["activation_checkpoint"] = {"mode": {"none": "none", "selective": "selective",
+                                                  "full": "full", "offload": "full"}[lay.recompute]}
+    if job.tp_comm_overlap:
+        sections["compile"] = {"enable": True, "components": ["model", "loss"]}
+    if job.precision == "fp8":
+        sections["quantize.linear.float8"] = {"filter_fqns": ["output"]}  # as llama3_405b.toml
+    if lay.tp > 1 and not lay.sp:
+        warnings.append("torchtitan <= v0.2.2 always runs sequence parallelism with TP")
+    for cond, text in ((lay.recompute == "offload", "recompute=offload has no torchtitan "
+                        "config: exported with full activation checkpointing"),
+                       (job.precision == "fp16", "fp16 is not offered: trains in bf16"),
+                       (job.attention != "flash", f"attention {job.attention}: torchtitan's "
+                        "attention is FlashAttention-2 class"),
+                       (job.grad_dtype != "auto", f"grad_dtype {job.grad_dtype}: gradients "
+                        "reduced as training.mixed_precision_reduce says (float32)")):
+        if cond:
+            warnings.append(text)
+    keys = [f"toml.{sec}.{k}" for sec, body in sections.items() for k in body]
+    bad = unknown_keys(KEYS, keys)
+    if bad:
+        raise RuntimeError(f"torchtitan TOML export uses keys job_config.py lacks: {bad}")
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return f'"{v}"'
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return str(v)
+
+    lines = [*plan.header(),
+             "# torchtitan TOML job file (torchtitan v0.1.0 to v0.2.2, main before 9810191bbb03 "
+             "of 2026-02-23): --job.config_file THIS.toml",
+             f"# launch on each of the {plan.cluster.num_nodes} node(s): torchrun --nnodes "
+             f"{plan.cluster.num_nodes} --nproc_per_node {plan.cluster.gpus_per_node} "
+             "-m torchtitan.train --job.config_file THIS.toml"]
+    if flavor is None:
+        lines.append(_SHAPE_COMMENT + repr({k: v for k, v in shape_of(m).items()
+                                            if v is not None}))
+    lines += [f"# WARNING: {w}" for w in warnings]
+    for section, body in sections.items():
+        lines += ["", f"[{section}]", *[f"{k} = {value(v)}" for k, v in body.items()]]
+    lines.append("")
     return Export(NAME, "\n".join(lines), keys, warnings)
 
 
@@ -297,6 +389,9 @@ def _toml_sections(text: str, path: str) -> tuple[dict[str, dict[str, Any]], dic
             training["num_tokens_per_train_step"] = gbs * seq
         elif local:
             facts["local_batch_size"] = local
+    shape = re.search(re.escape(_SHAPE_COMMENT) + r"(\{.*\})", text)
+    if shape:
+        facts["shape"] = ast.literal_eval(shape.group(1))
     return {"training": training, "parallelism": parallelism, "compile": compile_}, facts
 
 

@@ -59,7 +59,8 @@ LAYOUTS = [
 ]
 
 
-def expressible(launcher: str, job: JobSpec, layout: Layout) -> tuple[JobSpec, Layout]:
+def expressible(launcher: str, job: JobSpec, layout: Layout,
+                form: str | None = None) -> tuple[JobSpec, Layout]:
     """The job and layout as the launcher can state them (what it cannot is warned about and
     written as a comment; those knobs are outside the round trip)."""
     if launcher == "deepspeed":  # DeepSpeed's recipe: 16-bit grads, no overlaps, no interleave
@@ -73,16 +74,23 @@ def expressible(launcher: str, job: JobSpec, layout: Layout) -> tuple[JobSpec, L
             attention="flash", grad_dtype="auto", grad_overlap=True, p2p_overlap=True,
             precision="bf16" if job.precision == "fp16" else job.precision))
         layout = Layout(**{**layout.as_dict(), "zero": max(layout.zero, 2) if layout.zero else 0})
+        if form == "toml":  # torchtitan <= v0.2.2 always pairs TP with sequence parallelism
+            layout = Layout(**{**layout.as_dict(), "sp": layout.tp > 1})
     return job, layout
 
 
-@pytest.mark.parametrize("launcher", LAUNCHERS)
+# every written form: each launcher's own, Megatron-Bridge recipe lines, torchtitan <= v0.2.2 TOML
+FORMS = [(name, None) for name in LAUNCHERS] + [("nemo", "python"), ("torchtitan", "toml")]
+
+
+@pytest.mark.parametrize(("launcher", "form"), FORMS, ids=[f"{n}-{f or 'default'}"
+                                                           for n, f in FORMS])
 @pytest.mark.parametrize("case", LAYOUTS, ids=[c[0] for c in LAYOUTS])
-def test_round_trip_export_import_estimate(launcher, case, tmp_path):
+def test_round_trip_export_import_estimate(launcher, form, case, tmp_path):
     name, cluster, job, layout = case
-    job, layout = expressible(launcher, job, layout)
+    job, layout = expressible(launcher, job, layout, form)
     source = plan(name, cluster, job, layout)
-    exported = export_plan(launcher, source)
+    exported = export_plan(launcher, source, form)
     assert unknown_keys({"megatron": "megatron_lm", "nemo": "megatron_bridge",
                          "torchtitan": "torchtitan"}.get(launcher, "deepspeed"),
                         [k for k in exported.keys if not k.startswith("--")]
@@ -270,6 +278,24 @@ def test_golden_torchtitan_llama3_405b():
     assert facts["flavor"] == "405B" and facts["family"] == "llama3"
     assert facts["ac"] == "FullAC" and facts["fp8"]
     assert 'filter_fqns=["lm_head"]' in text
+    # the TOML form against the published TOML preset (torchtitan <= v0.2.2), field by field
+    import tomllib
+
+    published = tomllib.loads((DATA / "torchtitan_llama3_405b.toml").read_text())
+    ours_toml = tomllib.loads(export_plan("torchtitan", source, "toml").text)
+    for section, key in (("model", "name"), ("model", "flavor"), ("model", "converters"),
+                         ("training", "local_batch_size"), ("training", "seq_len"),
+                         ("parallelism", "data_parallel_replicate_degree"),
+                         ("parallelism", "tensor_parallel_degree"),
+                         ("parallelism", "enable_async_tensor_parallel"),
+                         ("parallelism", "pipeline_parallel_degree"),
+                         ("parallelism", "context_parallel_degree"),
+                         ("activation_checkpoint", "mode"), ("compile", "enable")):
+        assert ours_toml[section][key] == published[section][key], (section, key)
+    assert published["parallelism"]["data_parallel_shard_degree"] == -1  # the rest: 128 / 8
+    assert ours_toml["parallelism"]["data_parallel_shard_degree"] == 16
+    assert ours_toml["quantize"]["linear"]["float8"]["filter_fqns"] == \
+        published["quantize"]["linear"]["float8"]["filter_fqns"]
     # torchtitan's own llama3_405b (verbatim copy) and the TOML preset of torchtitan <= v0.2.2
     # read to the same layout and job on 128 H100
     for name in ("torchtitan_llama3_405b_config_registry.py", "torchtitan_llama3_405b.toml"):
