@@ -106,3 +106,18 @@ def test_bad_launcher_inputs_exit_2(tmp_path):
     assert result.returncode == 2 and "--out goes with --export" in result.stderr
     result = _planner("estimate", "--config", str(BRIDGE_70B))
     assert result.returncode == 2 and "--cluster" in result.stderr
+
+
+def test_out_suffix_picks_the_second_form(tmp_path):
+    import tomllib
+
+    base = ["export", "--model", "llama3-8b", "--cluster", "8xH100", "--tp", "2", "--pp", "1",
+            "--dp", "4", "--cp", "1", "--ep", "1", "--vpp", "1", "--mbs", "1", "--zero", "3",
+            "--recompute", "full", "--sp"]
+    toml_out, py_out = tmp_path / "job.toml", tmp_path / "overrides.py"
+    assert runner.invoke(app, [*base, "--to", "torchtitan", "--out", str(toml_out)]).exit_code == 0
+    job = tomllib.loads(toml_out.read_text())
+    assert job["parallelism"]["tensor_parallel_degree"] == 2
+    assert job["activation_checkpoint"]["mode"] == "full"
+    assert runner.invoke(app, [*base, "--to", "nemo", "--out", str(py_out)]).exit_code == 0
+    assert "cfg.model.tensor_model_parallel_size = 2" in py_out.read_text()
