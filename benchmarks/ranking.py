@@ -1,0 +1,406 @@
+"""Ranking quality of the cost model on measured layout sweeps (issue 16).
+
+    python benchmarks/ranking.py                       # published runs + planner/data/sweeps
+    python benchmarks/ranking.py --closed-loop 3       # also replay `solve --calibrate 3`
+    python benchmarks/ranking.py --groups              # also print every group's row
+    python benchmarks/ranking.py --markdown out.md     # also write the tables as markdown
+
+What a user takes from `planner solve` is its first plan, so beyond step-time error
+(benchmarks/accuracy.py) this asks: among layouts that were all measured on the same job, does
+the model order them right, and is its first pick the fastest? A group is every set of at least
+3 distinct layouts of the same model, GPU, GPU count, global batch, sequence length, precision
+and software stack (source and framework column) with a measured step time. Each layout is
+predicted as accuracy.py predicts it (its stated knobs pinned, the search completing the others,
+with the stock profiles: Predictor and the same table loader); layouts the cost model refuses
+(e.g. tp across NVLink domains) are left out of their group and counted.
+
+Per group and pooled over groups, split into the sources the stock profiles were fitted on
+(accuracy.TUNE_SOURCES) and the held-out ones:
+- pairwise: the share of pairs measured more than PAIR_MARGIN apart that the prediction orders
+  the same way (a predicted tie, |dt| < TIE_REL, counts one half);
+- Spearman rho between predicted and measured step times (groups averaged);
+- top-1 regret: measured time of the predicted-first layout over the best measured, minus 1
+  (the first pick is the fastest predicted among those predicted to fit, as `solve` ranks; ties
+  by lower memory); median and mean over groups;
+- within 3%: share of groups whose first pick's regret is at most PAIR_MARGIN.
+
+--closed-loop K replays `planner solve --calibrate K` on every group with more than K layouts,
+the measurement injected: the K plans the loop's choice picks from the ranked group are
+"run" (their recorded step times become validate records), the profile is refitted to them, the
+group is ranked again, and the user ends with the fastest of what ran and the new first pick.
+choose() and refit() are the seam to planner.calibrate (one call each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from accuracy import TUNE_SOURCES, Predictor  # noqa: E402 - benchmarks/ is not a package
+
+from planner.errors import PlannerError, SpecError  # noqa: E402
+from planner.layout import Layout  # noqa: E402
+from planner.plan import Plan  # noqa: E402
+from planner.registry import load_gpu  # noqa: E402
+from planner.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table  # noqa: E402
+from planner.specs import GpuProfile  # noqa: E402
+
+SWEEPS_DIR = PUBLISHED_RUNS_CSV.parent / "sweeps"
+MIN_LAYOUTS = 3  # a group ranks at least this many distinct measured layouts
+PAIR_MARGIN = 0.03  # pairs measured closer than 3% are noise; a first pick within 3% is a hit
+TIE_REL = 1e-6  # predicted step times this close (relative) are a predicted tie
+
+
+@dataclass
+class Group:
+    """Measured layouts of one job: the runs (one per distinct layout) and their layouts as the
+    stock profile completes them."""
+
+    key: str
+    source: str
+    runs: list[MeasuredRun]
+    layouts: list[Layout]
+    measured: np.ndarray  # seconds per step, one per layout
+    refused: int = 0  # runs the cost model cannot express (left out)
+    merged: int = 0  # repeated measurements of one layout folded into their median
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tuned(self) -> bool:
+        return self.source in TUNE_SOURCES
+
+
+def _group_key(run: MeasuredRun, framework: str) -> tuple:
+    c = run.cluster
+    return (run.source_id, framework, run.model.model_dump_json(), c.gpu.name, c.num_nodes,
+            c.gpus_per_node, run.job.model_dump_json())
+
+
+def frameworks_of(paths: Sequence[Path]) -> dict[str, str]:
+    """run_id -> the row's framework column (the software stack), over the given tables."""
+    out: dict[str, str] = {}
+    for path in paths:
+        frame = pd.read_csv(path, usecols=lambda c: c in ("row_id", "source_id", "framework"))
+        for i, row in enumerate(frame.to_dict("records")):
+            rid = row.get("row_id")
+            rid = i + 1 if rid is None or (isinstance(rid, float) and np.isnan(rid)) else rid
+            out[f"{row.get('source_id', 'csv')}:{rid}"] = str(row.get("framework", ""))
+    return out
+
+
+def build_groups(runs: Sequence[MeasuredRun], frameworks: dict[str, str],
+                 predictor: Predictor, min_layouts: int = MIN_LAYOUTS) -> list[Group]:
+    """The ranking groups of `runs` (timed runs only), each layout completed on its stock
+    profile by `predictor`. Repeats of one layout in a group are folded into their median."""
+    by_key: dict[tuple, list[MeasuredRun]] = {}
+    for run in runs:
+        if run.oom or not run.measured_step_time_s:
+            continue
+        by_key.setdefault(_group_key(run, frameworks.get(run.run_id, "")), []).append(run)
+    groups = []
+    for key, members in by_key.items():
+        if len(members) < min_layouts:
+            continue
+        gpu = members[0].cluster.gpu
+        kept: dict[Layout, list[MeasuredRun]] = {}
+        refused = 0
+        for run in members:
+            try:
+                pred = predictor.row(run, gpu)
+            except PlannerError:
+                pred = None
+            if pred is None:
+                refused += 1
+                continue
+            kept.setdefault(pred["layout"], []).append(run)
+        if len(kept) < min_layouts:
+            continue
+        layouts = list(kept)
+        measured = np.array([np.median([r.measured_step_time_s for r in kept[lay]])
+                             for lay in layouts])
+        first = members[0]
+        name = (f"{first.source_id} | {key[1] or '-'} | {first.model.name} | "
+                f"{first.cluster.num_gpus}x{gpu.name} | gbs {first.job.global_batch} "
+                f"seq {first.job.seq_len} {first.job.precision}")
+        groups.append(Group(name, first.source_id, [kept[lay][0] for lay in layouts], layouts,
+                            measured, refused, sum(len(v) - 1 for v in kept.values())))
+    return groups
+
+
+def rank_plans(group: Group, gpu: GpuProfile) -> list[Plan]:
+    """The group's layouts as `solve` would rank them on `gpu`: fitting ones first, by predicted
+    step time, then lower peak memory (docs/ranking.md); every layout gets a Plan."""
+    from planner.costmodel import estimate_many
+
+    run = group.runs[0]
+    cluster = run.cluster.model_copy(update={"gpu": gpu})
+    ests = estimate_many(run.model, cluster, run.job, group.layouts)
+    order = sorted(range(len(ests)), key=lambda i: (not ests[i].fits, ests[i].step_time_s,
+                                                    ests[i].peak_mem_gb, i))
+    return [Plan(group.layouts[i], ests[i], rank) for rank, i in enumerate(order, 1)]
+
+
+def pair_counts(predicted: np.ndarray, measured: np.ndarray,
+                margin: float = PAIR_MARGIN) -> tuple[float, int]:
+    """(pairs ordered right, pairs counted): pairs measured more than `margin` apart (relative
+    to the faster); a predicted tie counts one half."""
+    right, total = 0.0, 0
+    n = len(measured)
+    for i in range(n):
+        for j in range(i + 1, n):
+            lo, hi = sorted((measured[i], measured[j]))
+            if hi / lo - 1 <= margin:
+                continue
+            total += 1
+            dp = predicted[i] - predicted[j]
+            if abs(dp) <= TIE_REL * max(abs(predicted[i]), abs(predicted[j])):
+                right += 0.5
+            elif np.sign(dp) == np.sign(measured[i] - measured[j]):
+                right += 1.0
+    return right, total
+
+
+def spearman(predicted: np.ndarray, measured: np.ndarray) -> float:
+    """Spearman's rank correlation (average ranks for ties); nan when either side is constant."""
+    p, m = pd.Series(predicted).rank(), pd.Series(measured).rank()
+    if p.nunique() < 2 or m.nunique() < 2:
+        return float("nan")
+    return float(np.corrcoef(p, m)[0, 1])
+
+
+def regret_of(first: int, measured: np.ndarray) -> float:
+    """Measured time of layout `first` over the best measured, minus 1."""
+    return float(measured[first] / measured.min() - 1.0)
+
+
+def score_group(group: Group, plans: Sequence[Plan]) -> dict[str, Any]:
+    """The group's metrics for one ranking (plans as rank_plans returns them)."""
+    index = {lay: i for i, lay in enumerate(group.layouts)}
+    predicted = np.empty(len(plans))
+    for p in plans:
+        predicted[index[p.layout]] = p.estimate.step_time_s
+    right, total = pair_counts(predicted, group.measured)
+    first = index[plans[0].layout]
+    regret = regret_of(first, group.measured)
+    return {"group": group.key, "source": group.source, "tuned": group.tuned,
+            "layouts": len(group.layouts), "refused": group.refused,
+            "predicted_oom": sum(not p.estimate.fits for p in plans),
+            "pairs": total, "pairs_right": right,
+            "pairwise": right / total if total else np.nan,
+            "spearman": spearman(predicted, group.measured), "regret": regret,
+            "within_3pct": regret <= PAIR_MARGIN, "first": str(plans[0].layout),
+            "best": str(group.layouts[int(np.argmin(group.measured))])}
+
+
+def summarize(rows: pd.DataFrame, prefix: str = "") -> pd.DataFrame:
+    """Pooled metrics per split (held out, tuned, all): pairs pooled, the rest over groups."""
+    out = []
+    splits = [("held out", rows[~rows["tuned"]]), ("tuned on", rows[rows["tuned"]]),
+              ("all", rows)]
+    for name, g in splits:
+        if not len(g):
+            continue
+        pairs = g[prefix + "pairs"].sum()
+        reg = g[prefix + "regret"]
+        out.append({"sources": name, "groups": len(g), "layouts": int(g["layouts"].sum()),
+                    "pairs": int(pairs),
+                    "pairwise": g[prefix + "pairs_right"].sum() / pairs if pairs else np.nan,
+                    "spearman": g[prefix + "spearman"].mean(),
+                    "regret_median": reg.median(), "regret_mean": reg.mean(),
+                    "within_3pct": g[prefix + "within_3pct"].mean()})
+    return pd.DataFrame(out)
+
+
+# ---- the closed loop, measurement injected -----------------------------------------------
+
+def choose(plans: Sequence[Plan], k: int) -> list[Plan]:
+    """The plans `solve --calibrate k` runs: planner.calibrate.loop.closed_loop validates the
+    first k of the ranking (the seam for the tie-separating choice)."""
+    return list(plans[:k])
+
+
+def refit(gpu: GpuProfile, runs: Sequence[MeasuredRun], layouts: Sequence[Layout]) -> GpuProfile:
+    """The profile `solve --calibrate` re-ranks with: closed_loop's call of
+    planner.calibrate.calibrate on the validated runs (the seam for the few-shot fit)."""
+    from planner.calibrate import calibrate
+
+    return calibrate(gpu, runs, layouts=list(layouts), cross_validate=len(runs) >= 3).profile
+
+
+def closed_loop_group(group: Group, k: int, before: Sequence[Plan]) -> dict[str, Any]:
+    """Replay the loop on one group: choose k plans, 'run' them (their measured times), refit,
+    re-rank; the user ends with the fastest of what ran and the new first pick."""
+    gpu = group.runs[0].cluster.gpu
+    index = {lay: i for i, lay in enumerate(group.layouts)}
+    chosen = [index[p.layout] for p in choose(before, k)]
+    ran = [group.runs[i] for i in chosen]
+    fitted = refit(gpu, ran, [group.layouts[i] for i in chosen])
+    after = rank_plans(group, fitted)
+    new_first = index[after[0].layout]
+    ends = min(chosen + [new_first], key=lambda i: group.measured[i])
+    no_refit = min(chosen, key=lambda i: group.measured[i])
+    scored = score_group(group, after)
+    rest = [i for i in range(len(group.layouts)) if i not in chosen]
+    pred_after = {index[p.layout]: p.estimate.step_time_s for p in after}
+    pred_before = {index[p.layout]: p.estimate.step_time_s for p in before}
+
+    def rest_error(pred: dict[int, float]) -> float:
+        return float(np.median([abs(pred[i] / group.measured[i] - 1) for i in rest])) \
+            if rest else np.nan
+
+    return {"loop_pairs": scored["pairs"], "loop_pairs_right": scored["pairs_right"],
+            "loop_pairwise": scored["pairwise"], "loop_spearman": scored["spearman"],
+            "loop_regret": regret_of(new_first, group.measured),
+            "loop_within_3pct": regret_of(new_first, group.measured) <= PAIR_MARGIN,
+            "end_pairs": scored["pairs"], "end_pairs_right": scored["pairs_right"],
+            "end_spearman": scored["spearman"],
+            "end_regret": regret_of(ends, group.measured),
+            "end_within_3pct": regret_of(ends, group.measured) <= PAIR_MARGIN,
+            "norefit_regret": regret_of(no_refit, group.measured),
+            "rest_error_before": rest_error(pred_before),
+            "rest_error_after": rest_error(pred_after),
+            "loop_first": str(after[0].layout)}
+
+
+def loop_summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """Closed-loop metrics per split: the re-ranked order (pairs, first pick) and the plan the
+    user ends with; before = the same groups without the loop."""
+    out = []
+    splits = [("held out", rows[~rows["tuned"]]), ("tuned on", rows[rows["tuned"]]),
+              ("all", rows)]
+    for name, g in splits:
+        if not len(g):
+            continue
+        pairs, lpairs = g["pairs"].sum(), g["loop_pairs"].sum()
+        out.append({
+            "sources": name, "groups": len(g),
+            "pairwise_before": g["pairs_right"].sum() / pairs if pairs else np.nan,
+            "pairwise_after": g["loop_pairs_right"].sum() / lpairs if lpairs else np.nan,
+            "first_within_3pct_before": g["within_3pct"].mean(),
+            "first_within_3pct_after": g["loop_within_3pct"].mean(),
+            "ends_regret_median": g["end_regret"].median(),
+            "ends_regret_mean": g["end_regret"].mean(),
+            "ends_within_3pct": g["end_within_3pct"].mean(),
+            "no_refit_regret_mean": g["norefit_regret"].mean(),
+            "no_refit_within_3pct": (g["norefit_regret"] <= PAIR_MARGIN).mean(),
+            "unrun_error_before": g["rest_error_before"].median(),
+            "unrun_error_after": g["rest_error_after"].median()})
+    return pd.DataFrame(out)
+
+
+# ---- driver ------------------------------------------------------------------------------
+
+def sweep_tables(directory: Path = SWEEPS_DIR) -> list[Path]:
+    """The sweep tables shipped next to published_runs.csv (same columns)."""
+    return sorted(directory.glob("*.csv")) if directory.is_dir() else []
+
+
+def load_all(tables: Sequence[Path]) -> tuple[list[MeasuredRun], int]:
+    """Runs of every table (rows that cannot be predicted are skipped and counted)."""
+    runs: list[MeasuredRun] = []
+    skipped = 0
+    for path in tables:
+        got, skip = load_table(path, resolve_gpu=load_gpu)
+        runs += got
+        skipped += len(skip)
+    return runs, skipped
+
+
+def evaluate(tables: Sequence[Path], closed_loop: int | None = None,
+             log: Any = print) -> tuple[pd.DataFrame, list[Group]]:
+    """One row per group: the stock ranking's metrics (and the loop's with closed_loop=K)."""
+    runs, skipped = load_all(tables)
+    predictor = Predictor()
+    groups = build_groups(runs, frameworks_of(tables), predictor)
+    log(f"{len(runs)} usable rows ({skipped} skipped), {len(groups)} groups of >= {MIN_LAYOUTS} "
+        f"layouts, {sum(len(g.layouts) for g in groups)} layouts")
+    rows = []
+    for g in groups:
+        plans = rank_plans(g, g.runs[0].cluster.gpu)
+        row = score_group(g, plans)
+        if closed_loop is not None and len(g.layouts) > closed_loop:
+            t0 = time.perf_counter()
+            row.update(closed_loop_group(g, closed_loop, plans))
+            log(f"  loop on {g.key}: {time.perf_counter() - t0:.1f}s")
+        rows.append(row)
+    return pd.DataFrame(rows), groups
+
+
+def _pct(x: float) -> str:
+    return "-" if pd.isna(x) else f"{100 * x:.1f}%"
+
+
+def _fmt(table: pd.DataFrame) -> pd.DataFrame:
+    t = table.copy()
+    for col in t.columns:
+        if col in ("spearman", "loop_spearman"):
+            t[col] = t[col].map(lambda x: "-" if pd.isna(x) else f"{x:.2f}")
+        elif t[col].dtype.kind == "f" and col not in ("pairs", "pairs_right"):
+            t[col] = t[col].map(_pct)
+    return t
+
+
+def _markdown(table: pd.DataFrame) -> str:
+    try:
+        return table.to_markdown(index=False)
+    except ImportError:
+        return "```\n" + table.to_string(index=False) + "\n```"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", type=Path, action="append",
+                        help="runs table(s) (default: published_runs.csv and data/sweeps/*.csv)")
+    parser.add_argument("--closed-loop", type=int, metavar="K",
+                        help="replay `solve --calibrate K` on every group of more than K layouts")
+    parser.add_argument("--groups", action="store_true", help="print every group's row")
+    parser.add_argument("--markdown", type=Path, help="also write the tables as markdown")
+    parser.add_argument("--rows", type=Path, help="write the per-group rows as CSV")
+    ns = parser.parse_args(argv)
+    if ns.closed_loop is not None and ns.closed_loop < 1:
+        raise SpecError("--closed-loop K needs K >= 1")
+    t0 = time.perf_counter()
+    tables = ns.csv or [PUBLISHED_RUNS_CSV, *sweep_tables()]
+    rows, _ = evaluate(tables, ns.closed_loop)
+    summary = summarize(rows)
+    md = ["### ranking (stock profiles)", "", _markdown(_fmt(summary)), ""]
+    print("\n== ranking quality, stock profiles ==")
+    print(_fmt(summary).to_string(index=False))
+    per_group = rows[["group", "layouts", "refused", "predicted_oom", "pairs", "pairwise",
+                      "spearman", "regret", "first", "best"]]
+    if ns.groups:
+        print("\n== per group ==")
+        print(_fmt(per_group).to_string(index=False))
+    md += ["### per group", "", _markdown(_fmt(per_group)), ""]
+    if ns.closed_loop is not None and "loop_regret" in rows:
+        looped = rows[rows["loop_regret"].notna()]
+        ls = loop_summary(looped)
+        print(f"\n== closed loop, K = {ns.closed_loop} ({len(looped)} groups of > "
+              f"{ns.closed_loop} layouts) ==")
+        print(_fmt(ls).to_string(index=False))
+        md += [f"### closed loop, K = {ns.closed_loop}", "", _markdown(_fmt(ls)), ""]
+    print(f"\ntotal {time.perf_counter() - t0:.0f}s")
+    if ns.markdown:
+        from planner.io import write_text_atomic
+
+        write_text_atomic(ns.markdown, "\n".join(md))
+    if ns.rows:
+        rows.to_csv(ns.rows, index=False)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (SpecError, PlannerError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
