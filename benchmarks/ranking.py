@@ -24,7 +24,8 @@ Per group and pooled over groups, split into the sources the stock profiles were
   by lower memory); median and mean over groups;
 - within 3%: share of groups whose first pick's regret is at most PAIR_MARGIN.
 
---closed-loop K replays `planner solve --calibrate K` on every group with more than K layouts,
+--closed-loop K replays `planner solve --calibrate K` on every group of at least
+max(LOOP_MIN_LAYOUTS, K + 2) layouts,
 the measurement injected: the K plans the loop's choice picks from the ranked group are
 "run" (their recorded step times become validate records), the profile is refitted to them, the
 group is ranked again, and the user ends with the fastest of what ran and the new first pick.
@@ -58,6 +59,9 @@ SWEEPS_DIR = PUBLISHED_RUNS_CSV.parent / "sweeps"
 MIN_LAYOUTS = 3  # a group ranks at least this many distinct measured layouts
 PAIR_MARGIN = 0.03  # pairs measured closer than 3% are noise; a first pick within 3% is a hit
 TIE_REL = 1e-6  # predicted step times this close (relative) are a predicted tie
+# The loop replays on groups that keep at least 2 layouts it did not run (issue 16 replayed it on
+# the groups of at least 5): with fewer, running K of them is itself the search.
+LOOP_MIN_LAYOUTS = 5
 
 
 @dataclass
@@ -327,12 +331,17 @@ def evaluate(tables: Sequence[Path], closed_loop: int | None = None,
     for g in groups:
         plans = rank_plans(g, g.runs[0].cluster.gpu)
         row = score_group(g, plans)
-        if closed_loop is not None and len(g.layouts) > closed_loop:
+        if closed_loop is not None and len(g.layouts) >= loop_min_layouts(closed_loop):
             t0 = time.perf_counter()
             row.update(closed_loop_group(g, closed_loop, plans))
             log(f"  loop on {g.key}: {time.perf_counter() - t0:.1f}s")
         rows.append(row)
     return pd.DataFrame(rows), groups
+
+
+def loop_min_layouts(k: int) -> int:
+    """Smallest group the closed loop is replayed on: K runs and at least two it did not run."""
+    return max(LOOP_MIN_LAYOUTS, k + 2)
 
 
 def _pct(x: float) -> str:
@@ -361,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--csv", type=Path, action="append",
                         help="runs table(s) (default: published_runs.csv and data/sweeps/*.csv)")
     parser.add_argument("--closed-loop", type=int, metavar="K",
-                        help="replay `solve --calibrate K` on every group of more than K layouts")
+                        help="replay `solve --calibrate K` on every group of at least "
+                        "max(5, K + 2) layouts")
     parser.add_argument("--groups", action="store_true", help="print every group's row")
     parser.add_argument("--markdown", type=Path, help="also write the tables as markdown")
     parser.add_argument("--rows", type=Path, help="write the per-group rows as CSV")
@@ -384,8 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     if ns.closed_loop is not None and "loop_regret" in rows:
         looped = rows[rows["loop_regret"].notna()]
         ls = loop_summary(looped)
-        print(f"\n== closed loop, K = {ns.closed_loop} ({len(looped)} groups of > "
-              f"{ns.closed_loop} layouts) ==")
+        print(f"\n== closed loop, K = {ns.closed_loop} ({len(looped)} groups of >= "
+              f"{loop_min_layouts(ns.closed_loop)} layouts) ==")
         print(_fmt(ls).to_string(index=False))
         md += [f"### closed loop, K = {ns.closed_loop}", "", _markdown(_fmt(ls)), ""]
     print(f"\ntotal {time.perf_counter() - t0:.0f}s")

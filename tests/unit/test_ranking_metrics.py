@@ -1,0 +1,128 @@
+"""benchmarks/ranking.py: the ranking metrics by hand, the groups against a pandas groupby of the
+table, and the closed loop's promise (re-ranking after a refit does not lose pairs)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load_ranking():  # noqa: ANN202 - the benchmark module
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location("ranking_bench", BENCH / "ranking.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["ranking_bench"] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
+    return module
+
+
+rk = _load_ranking()
+
+
+def test_pairs_all_right_and_all_wrong() -> None:
+    measured = np.array([10.0, 20.0, 30.0])
+    assert rk.pair_counts(np.array([1.0, 2.0, 3.0]), measured) == (3.0, 3)
+    assert rk.pair_counts(np.array([3.0, 2.0, 1.0]), measured) == (0.0, 3)
+
+
+def test_pairs_within_margin_are_not_counted() -> None:
+    # 10 and 10.2 are 2% apart (< 3%): only (10, 20) and (10.2, 20) count, both ordered right
+    # even though the prediction swaps the first two
+    assert rk.pair_counts(np.array([2.0, 1.0, 3.0]), np.array([10.0, 10.2, 20.0])) == (2.0, 2)
+    # 10 and 10.4 are 4% apart: counted, and the swap is wrong
+    assert rk.pair_counts(np.array([2.0, 1.0, 3.0]), np.array([10.0, 10.4, 20.0])) == (2.0, 3)
+
+
+def test_predicted_tie_counts_one_half() -> None:
+    # (0, 1) tied in the prediction: 0.5; (0, 2) and (1, 2) right: 2.5 of 3
+    assert rk.pair_counts(np.array([1.0, 1.0, 2.0]), np.array([10.0, 20.0, 30.0])) == (2.5, 3)
+    # a flat model ties every pair
+    assert rk.pair_counts(np.full(4, 7.0), np.array([1.0, 2.0, 3.0, 4.0])) == (3.0, 6)
+
+
+def test_spearman_by_hand() -> None:
+    assert rk.spearman(np.array([1.0, 2.0, 3.0]), np.array([3.0, 2.0, 1.0])) == pytest.approx(-1)
+    # one swapped neighbour pair in 4: rho = 1 - 6 * (1 + 1) / (4 * (16 - 1)) = 0.8
+    rho = rk.spearman(np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.0, 3.0, 2.0, 4.0]))
+    assert rho == pytest.approx(0.8)
+    assert np.isnan(rk.spearman(np.full(3, 1.0), np.array([1.0, 2.0, 3.0])))
+
+
+def test_regret() -> None:
+    measured = np.array([10.0, 12.0, 11.0])
+    assert rk.regret_of(1, measured) == pytest.approx(0.2)
+    assert rk.regret_of(0, measured) == 0.0
+
+
+def test_summary_pools_pairs_and_averages_groups() -> None:
+    rows = pd.DataFrame([
+        {"tuned": False, "layouts": 3, "pairs": 3, "pairs_right": 3.0, "spearman": 1.0,
+         "regret": 0.0, "within_3pct": True},
+        {"tuned": False, "layouts": 4, "pairs": 1, "pairs_right": 0.0, "spearman": -1.0,
+         "regret": 0.5, "within_3pct": False},
+    ])
+    held = rk.summarize(rows).set_index("sources").loc["held out"]
+    assert held["pairwise"] == pytest.approx(3 / 4)  # pooled pairs, not the mean of 1 and 0
+    assert held["spearman"] == pytest.approx(0.0)
+    assert held["regret_mean"] == pytest.approx(0.25)
+    assert held["within_3pct"] == pytest.approx(0.5)
+
+
+@pytest.fixture(scope="module")
+def published_groups():  # noqa: ANN201
+    tables = [rk.PUBLISHED_RUNS_CSV]
+    runs, _ = rk.load_all(tables)
+    return rk.build_groups(runs, rk.frameworks_of(tables), rk.Predictor())
+
+
+def test_groups_match_an_independent_groupby(published_groups) -> None:  # noqa: ANN001
+    """Every group of >= 3 timed layouts the table's own columns define (model shape, GPU, GPU
+    count, batch, sequence, precision, framework) is found, no group has fewer than 3 layouts,
+    and no layout is counted twice."""
+    frame = pd.read_csv(rk.PUBLISHED_RUNS_CSV)
+    timed = frame[~frame["notes"].fillna("").str.contains(r"\bOOM\b")]
+    layout_cols = ["tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_or_fsdp", "recompute", "sp"]
+    job_cols = ["source_id", "framework", "layers", "hidden", "heads", "ffn_hidden", "vocab",
+                "gpu_type", "num_gpus", "global_batch", "seq_len", "precision"]
+    distinct = timed.drop_duplicates(job_cols + layout_cols)
+    sizes = distinct.groupby(job_cols, dropna=False).size()
+    # the benchmark splits a job further where the software recipe differs (e.g. BLOOM's
+    # BF16_Optimizer rows), never merges two jobs: at most as many layouts per source
+    assert all(len(g.layouts) >= rk.MIN_LAYOUTS for g in published_groups)
+    for g in published_groups:
+        assert len(set(g.layouts)) == len(g.layouts)
+    per_source = pd.Series([len(g.layouts) for g in published_groups],
+                           index=[g.source for g in published_groups]).groupby(level=0).sum()
+    upper = sizes[sizes >= 3].groupby(level="source_id").sum()
+    for source, n in per_source.items():
+        assert n <= upper[source]
+    assert set(per_source.index) == set(upper.index)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError,
+    reason="main's calibrate fits up to 14 knobs to 3 runs and loses pairs on BLOOM 182B "
+    "(h=13312, L=84) (issue 16 sec. 4); a few-shot fit of identifiable knobs should make this "
+    "pass: then drop this marker")
+def test_closed_loop_does_not_lose_pairs(published_groups) -> None:  # noqa: ANN001
+    """Replaying `solve --calibrate 3` on every group with at least 2 layouts left unrun, the
+    refitted ranking orders at least as many measured pairs right as the stock one."""
+    k = 3
+    looped = [g for g in published_groups if len(g.layouts) >= rk.loop_min_layouts(k)]
+    assert looped, "the published runs have groups large enough for the loop"
+    for g in looped:
+        before = rk.rank_plans(g, g.runs[0].cluster.gpu)
+        stock = rk.score_group(g, before)
+        loop = rk.closed_loop_group(g, k, before)
+        assert loop["loop_pairs_right"] >= stock["pairs_right"], g.key
