@@ -25,6 +25,19 @@ step crosses a NIC, ~24 GB/s on HDR); a group with g members per domain runs hie
 carrying S/g, all-gather inside), so its busbw is min(intra(S), g x nics_per_gpu x inter(S/g)).
 For g = 8 on DGX A100 that is 8 x 24 = 192 GB/s, the measured multi-node busbw (nccl #1576).
 Point-to-point across domains uses one NIC.
+
+Algorithm choice (all-reduce across domains). NCCL predicts each algorithm's time with its own
+alpha-beta model and runs the fastest (NVIDIA/nccl src/graph/tuning.cc, master 5067397,
+2026-06: ncclTopoTuneModel, ncclTopoGetAlgoTime); the model does the same for ring and tree:
+- ring: as above, and the multi-node ring Simple all-reduce's latency is multiplied by 1.4 on
+  sm80+ GPUs once each rank's chunk per channel reaches 64 B ("Plateau effect of ring"), so
+  the latency beyond the reference ring is;
+- tree (double binary tree): latency 2((ppn-1) intra + log2(nodes) inter), i.e. logarithmic in
+  the domains spanned; beyond the reference (2 domains, whose ppn part is in the curve) that is
+  2 (floor(log2 k) - 1) x 14 us (hwLatencies[NET][TREE][SIMPLE]); bandwidth 0.92 x the ring's
+  busbw (busBw * .92 for tree all-reduce) x treeCorrectionFactor[SIMPLE] at the message size
+  (NCCL's static correction for medium sizes, powers of two from 64 B).
+With many domains and many small buckets the tree wins (latency); with large buckets the ring.
 """
 
 from __future__ import annotations
@@ -34,6 +47,15 @@ import numpy as np
 from planner.specs import ClusterSpec, LinkProfile
 
 US = 1e-6  # microseconds -> seconds
+
+# NCCL tuning model constants (NVIDIA/nccl src/graph/tuning.cc, master 5067397, 2026-06)
+RING_PLATEAU_FACTOR = 1.4  # ncclTopoGetAlgoTime: "Plateau effect of ring", minCompCap >= 80
+RING_PLATEAU_CHUNK_BYTES = 64 * 64  # nBytes / (nChannels * nRanks) >= 64, at MAXCHANNELS 64
+TREE_NET_LATENCY_US = 14.0  # hwLatencies[NET][TREE][SIMPLE]
+TREE_BW_FACTOR = 0.92  # ncclTopoTuneModel: tree all-reduce busBw * .92
+# treeCorrectionFactor[NCCL_PROTO_SIMPLE][log2(bytes / 64)], 64 B .. 512 MiB; 1 beyond
+TREE_CORRECTION_SIMPLE = (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8,
+                          .7, .7, .8, .9, .9)
 
 
 def members_per_domain(size, stride, domain: int):  # noqa: ANN001, ANN201 - numpy arrays
@@ -88,9 +110,30 @@ class Group:
         return np.where(self.crosses, np.minimum(intra, inter), intra)
 
 
+def tree_correction(nbytes):  # noqa: ANN001, ANN201
+    """NCCL's tree bandwidth correction (Simple protocol) at a message of `nbytes`."""
+    log_size = np.floor(np.log2(np.maximum(np.asarray(nbytes, dtype=float), 64.0) / 64.0))
+    table = np.array(TREE_CORRECTION_SIMPLE)
+    idx = np.clip(log_size, 0, len(table) - 1).astype(int)
+    return np.where(log_size < len(table), table[idx], 1.0)
+
+
 def all_reduce_time(group: Group, nbytes, calls=1):  # noqa: ANN001, ANN201
-    """Seconds for `calls` all-reduces of `nbytes` each (0 on a group of one)."""
-    t = 2.0 * nbytes * group.frac / group.busbw(nbytes) + group.latency(2)
+    """Seconds for `calls` all-reduces of `nbytes` each (0 on a group of one): the ring, or
+    across domains the faster of ring and tree as NCCL chooses (module docstring)."""
+    nbytes = np.asarray(nbytes, dtype=float)
+    wire = 2.0 * nbytes * group.frac / group.busbw(nbytes)
+    ring_lat = group.latency(2)
+    if group.crosses.any():
+        plateau = group.crosses & (nbytes >= RING_PLATEAU_CHUNK_BYTES * group.size)
+        ring_lat = ring_lat * np.where(plateau, RING_PLATEAU_FACTOR, 1.0)
+        ring = wire + ring_lat
+        levels = np.floor(np.log2(np.maximum(group.domains, 1.0)))
+        tree_lat = 2.0 * np.maximum(levels - 1.0, 0.0) * TREE_NET_LATENCY_US * US
+        tree = wire / (TREE_BW_FACTOR * tree_correction(nbytes)) + tree_lat
+        t = np.where(group.crosses, np.minimum(ring, tree), ring)
+    else:
+        t = wire + ring_lat
     return np.where(group.size > 1, t * calls, 0.0)
 
 

@@ -58,14 +58,55 @@ def test_intra_node_busbw_follows_the_curve():
     assert t == pytest.approx(2 * 67108864 * 7 / 8 / 166.6e9)
 
 
-def test_latency_grows_beyond_the_reference_ring():
+def _spread_group(latency_us: float = 10.0, ranks: int = 64):  # noqa: ANN202
+    """`ranks` ranks one per node (stride 8) on flat curves: intra 100, one NIC at 10 GB/s."""
     gpu = flat_gpu(intra_gb=100, inter_gb=10)
     gpu = gpu.model_copy(update={
-        "inter_node": gpu.inter_node.model_copy(update={"latency_us": 10.0})})
-    # 64 ranks, one per node: 2 x 63 ring steps, all across the network; 2 are in the curve
-    group = comm.Group(cluster(gpu, 512), np.array([64]), np.array([8]))
-    t = comm.all_reduce_time(group, 1.0)[0]
-    assert t == pytest.approx((2 * 63 - 2) * 10e-6, rel=1e-3)
+        "inter_node": gpu.inter_node.model_copy(update={"latency_us": latency_us})})
+    return comm.Group(cluster(gpu, 8 * ranks), np.array([ranks]), np.array([8]))
+
+
+def test_latency_grows_beyond_the_reference_ring():
+    # 64 ranks, one per node: a reduce-scatter takes 63 ring steps across the network, of which
+    # the 2-node reference curve holds 1
+    t = comm.reduce_scatter_time(_spread_group(), 1.0)[0]
+    assert t == pytest.approx((63 - 1) * 10e-6, rel=1e-3)
+
+
+def test_small_all_reduce_across_many_nodes_takes_the_tree():
+    """1 B on 64 nodes: the ring pays (2 x 63 - 2) x 10 us = 1.24 ms beyond the curve; NCCL's
+    tree pays 2 (log2 64 - 1) x 14 us = 140 us (tuning.cc), so NCCL and the model take the tree."""
+    t = comm.all_reduce_time(_spread_group(), 1.0)[0]
+    assert t == pytest.approx(2 * (6 - 1) * 14e-6, rel=1e-3)
+
+
+def test_large_all_reduce_keeps_the_ring_with_its_plateau_latency():
+    """1 GiB on 64 nodes at 10 GB/s: wire 2 S 63/64 / 10 GB/s = 0.2114 s; the ring's extra
+    latency 1.24 ms x 1.4 (NCCL's plateau factor, chunks >= 64 B per channel); the tree's
+    bandwidth is 0.92 x (correction 1 at 1 GiB): 0.2298 s + 140 us. The ring wins."""
+    nbytes = 2.0 ** 30
+    wire = 2 * nbytes * 63 / 64 / 10e9
+    t = comm.all_reduce_time(_spread_group(), nbytes)[0]
+    assert t == pytest.approx(wire + 124 * 10e-6 * 1.4, rel=1e-6)
+
+
+def test_medium_all_reduce_tree_pays_nccls_correction():
+    """2 MiB on 64 nodes: ring 2 S 63/64 / 10 GB/s = 0.413 ms + 1.24 ms x 1.4 = 2.149 ms; tree
+    0.413 ms / (0.92 x 0.6) (treeCorrectionFactor Simple at log2(2 MiB / 64) = 15) + 0.14 ms =
+    0.888 ms: the tree."""
+    nbytes = 2.0 ** 21
+    wire = 2 * nbytes * 63 / 64 / 10e9
+    t = comm.all_reduce_time(_spread_group(), nbytes)[0]
+    assert t == pytest.approx(wire / (0.92 * 0.6) + 140e-6, rel=1e-6)
+    assert comm.tree_correction(2.0 ** 21) == pytest.approx(0.6)
+    assert comm.tree_correction(2.0 ** 30) == 1.0
+
+
+def test_inside_one_domain_the_ring_is_unchanged():
+    gpu = flat_gpu(intra_gb=100)
+    group = comm.Group(cluster(gpu, 8), np.array([8]), np.array([1]))
+    assert comm.all_reduce_time(group, 2.0 ** 21)[0] == pytest.approx(
+        2 * 2.0 ** 21 * 7 / 8 / 100e9, rel=1e-6)
 
 
 def test_p2p_is_alpha_beta_on_the_plateau():
