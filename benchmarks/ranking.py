@@ -3,6 +3,8 @@
     python benchmarks/ranking.py                       # published runs + planner/data/sweeps
     python benchmarks/ranking.py --closed-loop 3       # also replay `solve --calibrate 3`
     python benchmarks/ranking.py --groups              # also print every group's row
+    python benchmarks/ranking.py --stack-fit           # also with the stack's efficiency fitted
+                                                       # on the same source's other runs
     python benchmarks/ranking.py --markdown out.md     # also write the tables as markdown
 
 What a user takes from `planner solve` is its first plan, so beyond step-time error
@@ -46,7 +48,12 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from accuracy import TUNE_SOURCES, Predictor  # noqa: E402 - benchmarks/ is not a package
+from accuracy import (  # noqa: E402 - benchmarks/ is not a package
+    TUNE_SOURCES,
+    Predictor,
+    _searched_layouts,
+    _timed_by_gpu,
+)
 
 from planner.errors import PlannerError, SpecError  # noqa: E402
 from planner.layout import Layout  # noqa: E402
@@ -136,7 +143,8 @@ def build_groups(runs: Sequence[MeasuredRun], frameworks: dict[str, str],
                 f"{first.cluster.num_gpus}x{gpu.name} | gbs {first.job.global_batch} "
                 f"seq {first.job.seq_len} {first.job.precision}")
         groups.append(Group(name, first.source_id, [kept[lay][0] for lay in layouts], layouts,
-                            measured, refused, sum(len(v) - 1 for v in kept.values())))
+                            measured, refused, sum(len(v) - 1 for v in kept.values()),
+                            {"run_ids": {r.run_id for r in members}}))
     return groups
 
 
@@ -224,6 +232,32 @@ def summarize(rows: pd.DataFrame, prefix: str = "") -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+# ---- the stack's efficiency from its other runs ------------------------------------------
+
+STACK_KNOBS = ("gemm_scale", "layer_overhead_us")  # accuracy.py --software-factors' two numbers
+
+
+def stack_profile(group: Group, runs: Sequence[MeasuredRun], predictor: Predictor,
+                  knobs: Sequence[str] = STACK_KNOBS) -> GpuProfile | None:
+    """The group's stock profile with the software stack's GEMM scale and per-layer-pass time
+    fitted on the same source's other timed runs on that GPU (never the group's own): how the
+    cost model ranks once the stack's efficiency is known from elsewhere. None when fewer than
+    len(knobs) + 1 such runs exist."""
+    from planner.calibrate import calibrate
+
+    gpu = group.runs[0].cluster.gpu
+    others = [r for r in runs if r.source_id == group.source
+              and r.run_id not in group.extra["run_ids"]]
+    timed = _timed_by_gpu(others).get(gpu.name, [])
+    layouts = _searched_layouts(timed, gpu, predictor)
+    pairs = [(r, lay) for r, lay in zip(timed, layouts, strict=True) if lay is not None]
+    if len(pairs) <= len(knobs):
+        return None
+    fit = calibrate(gpu, [r for r, _ in pairs], layouts=[lay for _, lay in pairs],
+                    names=list(knobs), cross_validate=False)
+    return fit.profile
+
+
 # ---- the closed loop, measurement injected -----------------------------------------------
 
 def choose(plans: Sequence[Plan], k: int) -> list[Plan]:
@@ -232,22 +266,26 @@ def choose(plans: Sequence[Plan], k: int) -> list[Plan]:
     return list(plans[:k])
 
 
-def refit(gpu: GpuProfile, runs: Sequence[MeasuredRun], layouts: Sequence[Layout]) -> GpuProfile:
+def refit(gpu: GpuProfile, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
+          knobs: Sequence[str] | None = None) -> GpuProfile:
     """The profile `solve --calibrate` re-ranks with: closed_loop's call of
-    planner.calibrate.calibrate on the validated runs (the seam for the few-shot fit)."""
+    planner.calibrate.calibrate on the validated runs (the seam for the few-shot fit); `knobs`
+    restricts the fitted parameters (None: calibrate's default, every knob the runs move)."""
     from planner.calibrate import calibrate
 
-    return calibrate(gpu, runs, layouts=list(layouts), cross_validate=len(runs) >= 3).profile
+    return calibrate(gpu, runs, layouts=list(layouts), names=None if knobs is None else
+                     list(knobs), cross_validate=len(runs) >= 3).profile
 
 
-def closed_loop_group(group: Group, k: int, before: Sequence[Plan]) -> dict[str, Any]:
+def closed_loop_group(group: Group, k: int, before: Sequence[Plan],
+                      knobs: Sequence[str] | None = None) -> dict[str, Any]:
     """Replay the loop on one group: choose k plans, 'run' them (their measured times), refit,
     re-rank; the user ends with the fastest of what ran and the new first pick."""
     gpu = group.runs[0].cluster.gpu
     index = {lay: i for i, lay in enumerate(group.layouts)}
     chosen = [index[p.layout] for p in choose(before, k)]
     ran = [group.runs[i] for i in chosen]
-    fitted = refit(gpu, ran, [group.layouts[i] for i in chosen])
+    fitted = refit(gpu, ran, [group.layouts[i] for i in chosen], knobs)
     after = rank_plans(group, fitted)
     new_first = index[after[0].layout]
     ends = min(chosen + [new_first], key=lambda i: group.measured[i])
@@ -319,9 +357,11 @@ def load_all(tables: Sequence[Path]) -> tuple[list[MeasuredRun], int]:
     return runs, skipped
 
 
-def evaluate(tables: Sequence[Path], closed_loop: int | None = None,
+def evaluate(tables: Sequence[Path], closed_loop: int | None = None, stack_fit: bool = False,
+             loop_knobs: Sequence[str] | None = None,
              log: Any = print) -> tuple[pd.DataFrame, list[Group]]:
-    """One row per group: the stock ranking's metrics (and the loop's with closed_loop=K)."""
+    """One row per group: the stock ranking's metrics (and the loop's with closed_loop=K; with
+    stack_fit, prefixed "stack_", the ranking on stack_profile)."""
     runs, skipped = load_all(tables)
     predictor = Predictor()
     groups = build_groups(runs, frameworks_of(tables), predictor)
@@ -331,9 +371,16 @@ def evaluate(tables: Sequence[Path], closed_loop: int | None = None,
     for g in groups:
         plans = rank_plans(g, g.runs[0].cluster.gpu)
         row = score_group(g, plans)
+        if stack_fit:
+            prof = stack_profile(g, runs, predictor)
+            if prof is not None:
+                row.update({f"stack_{k}": v for k, v in
+                            score_group(g, rank_plans(g, prof)).items()
+                            if k in ("pairs", "pairs_right", "pairwise", "spearman", "regret",
+                                     "within_3pct", "first")})
         if closed_loop is not None and len(g.layouts) >= loop_min_layouts(closed_loop):
             t0 = time.perf_counter()
-            row.update(closed_loop_group(g, closed_loop, plans))
+            row.update(closed_loop_group(g, closed_loop, plans, loop_knobs))
             log(f"  loop on {g.key}: {time.perf_counter() - t0:.1f}s")
         rows.append(row)
     return pd.DataFrame(rows), groups
@@ -372,7 +419,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--closed-loop", type=int, metavar="K",
                         help="replay `solve --calibrate K` on every group of at least "
                         "max(5, K + 2) layouts")
+    parser.add_argument("--loop-knobs", metavar="K1,K2",
+                        help="with --closed-loop: fit only these profile knobs (planner.calibrate "
+                        "names; default: calibrate's own choice)")
     parser.add_argument("--groups", action="store_true", help="print every group's row")
+    parser.add_argument("--stack-fit", action="store_true",
+                        help="also rank each group after fitting its software stack's GEMM scale "
+                        "and per-layer-pass time on the same source's other runs")
     parser.add_argument("--markdown", type=Path, help="also write the tables as markdown")
     parser.add_argument("--rows", type=Path, help="write the per-group rows as CSV")
     ns = parser.parse_args(argv)
@@ -380,11 +433,23 @@ def main(argv: list[str] | None = None) -> int:
         raise SpecError("--closed-loop K needs K >= 1")
     t0 = time.perf_counter()
     tables = ns.csv or [PUBLISHED_RUNS_CSV, *sweep_tables()]
-    rows, _ = evaluate(tables, ns.closed_loop)
+    loop_knobs = ([k.strip() for k in ns.loop_knobs.split(",") if k.strip()]
+                  if ns.loop_knobs else None)
+    rows, _ = evaluate(tables, ns.closed_loop, ns.stack_fit, loop_knobs)
     summary = summarize(rows)
     md = ["### ranking (stock profiles)", "", _markdown(_fmt(summary)), ""]
     print("\n== ranking quality, stock profiles ==")
     print(_fmt(summary).to_string(index=False))
+    if ns.stack_fit and "stack_regret" in rows:
+        fitted = rows[rows["stack_regret"].notna()]
+        sf = summarize(fitted, "stack_")
+        base = summarize(fitted)
+        print(f"\n== the same {len(fitted)} groups: stock, then the stack's GEMM scale and layer "
+              "overhead fitted on its other runs ==")
+        print(_fmt(base).to_string(index=False))
+        print(_fmt(sf).to_string(index=False))
+        md += ["### stock vs the stack's efficiency from its other runs", "",
+               _markdown(_fmt(base)), "", _markdown(_fmt(sf)), ""]
     per_group = rows[["group", "layouts", "refused", "predicted_oom", "pairs", "pairwise",
                       "spearman", "regret", "first", "best"]]
     if ns.groups:
