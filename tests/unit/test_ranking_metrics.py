@@ -109,6 +109,32 @@ def test_groups_match_an_independent_groupby(published_groups) -> None:  # noqa:
     assert set(per_source.index) == set(upper.index)
 
 
+def test_stack_fit_never_sees_the_groups_own_runs(published_groups, monkeypatch) -> None:  # noqa: ANN001
+    """--stack-fit fits on the same source and GPU, leaving out every run of the group (its
+    repeats of one layout and the runs the cost model refused included)."""
+    import planner.calibrate as cal
+
+    seen: dict[str, list] = {}
+
+    class Fit:
+        def __init__(self, profile) -> None:  # noqa: ANN001
+            self.profile = profile
+
+    def fake(profile, runs, **kw):  # noqa: ANN001, ANN003, ANN202
+        seen["runs"], seen["names"] = list(runs), kw.get("names")
+        return Fit(profile)
+
+    monkeypatch.setattr(cal, "calibrate", fake)
+    runs, _ = rk.load_all([rk.PUBLISHED_RUNS_CSV])
+    group = max(published_groups, key=lambda g: len(g.layouts))
+    assert rk.stack_profile(group, runs, rk.Predictor()) is not None
+    ids = {r.run_id for r in seen["runs"]}
+    assert ids and not ids & group.extra["run_ids"]
+    assert {r.source_id for r in seen["runs"]} == {group.source}
+    assert {r.cluster.gpu.name for r in seen["runs"]} == {group.runs[0].cluster.gpu.name}
+    assert seen["names"] == list(rk.STACK_KNOBS)
+
+
 @pytest.mark.slow
 @pytest.mark.xfail(
     strict=True, raises=AssertionError,
