@@ -255,6 +255,8 @@ def stack_profile(group: Group, runs: Sequence[MeasuredRun], predictor: Predicto
         return None
     fit = calibrate(gpu, [r for r, _ in pairs], layouts=[lay for _, lay in pairs],
                     names=list(knobs), cross_validate=False)
+    values = getattr(fit, "values", None) or {}
+    group.extra["stack_values"] = {k: values[k] for k in knobs if k in values}
     return fit.profile
 
 
@@ -358,7 +360,7 @@ def load_all(tables: Sequence[Path]) -> tuple[list[MeasuredRun], int]:
 
 
 def evaluate(tables: Sequence[Path], closed_loop: int | None = None, stack_fit: bool = False,
-             loop_knobs: Sequence[str] | None = None,
+             loop_knobs: Sequence[str] | None = None, stack_knobs: Sequence[str] = STACK_KNOBS,
              log: Any = print) -> tuple[pd.DataFrame, list[Group]]:
     """One row per group: the stock ranking's metrics (and the loop's with closed_loop=K; with
     stack_fit, prefixed "stack_", the ranking on stack_profile)."""
@@ -372,8 +374,10 @@ def evaluate(tables: Sequence[Path], closed_loop: int | None = None, stack_fit: 
         plans = rank_plans(g, g.runs[0].cluster.gpu)
         row = score_group(g, plans)
         if stack_fit:
-            prof = stack_profile(g, runs, predictor)
+            prof = stack_profile(g, runs, predictor, stack_knobs)
             if prof is not None:
+                log(f"  {g.key}: stack fit " + ", ".join(
+                    f"{k}={v:.4g}" for k, v in g.extra.get("stack_values", {}).items()))
                 row.update({f"stack_{k}": v for k, v in
                             score_group(g, rank_plans(g, prof)).items()
                             if k in ("pairs", "pairs_right", "pairwise", "spearman", "regret",
@@ -426,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stack-fit", action="store_true",
                         help="also rank each group after fitting its software stack's GEMM scale "
                         "and per-layer-pass time on the same source's other runs")
+    parser.add_argument("--stack-knobs", default=",".join(STACK_KNOBS), metavar="K1,K2",
+                        help="the knobs --stack-fit fits (planner.calibrate names)")
     parser.add_argument("--markdown", type=Path, help="also write the tables as markdown")
     parser.add_argument("--rows", type=Path, help="write the per-group rows as CSV")
     ns = parser.parse_args(argv)
@@ -435,7 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     tables = ns.csv or [PUBLISHED_RUNS_CSV, *sweep_tables()]
     loop_knobs = ([k.strip() for k in ns.loop_knobs.split(",") if k.strip()]
                   if ns.loop_knobs else None)
-    rows, _ = evaluate(tables, ns.closed_loop, ns.stack_fit, loop_knobs)
+    stack_knobs = [k.strip() for k in ns.stack_knobs.split(",") if k.strip()]
+    ns.stack_fit = ns.stack_fit or stack_knobs != list(STACK_KNOBS)
+    rows, _ = evaluate(tables, ns.closed_loop, ns.stack_fit, loop_knobs, stack_knobs)
     summary = summarize(rows)
     md = ["### ranking (stock profiles)", "", _markdown(_fmt(summary)), ""]
     print("\n== ranking quality, stock profiles ==")

@@ -144,11 +144,23 @@ def test_stack_fit_never_sees_the_groups_own_runs(published_groups, monkeypatch)
 def test_closed_loop_does_not_lose_pairs(published_groups) -> None:  # noqa: ANN001
     """Replaying `solve --calibrate 3` on every group with at least 2 layouts left unrun, the
     refitted ranking orders at least as many measured pairs right as the stock one."""
+    _assert_loop_keeps_pairs(published_groups, knobs=None)
+
+
+@pytest.mark.slow
+def test_closed_loop_fitting_the_stacks_knobs_keeps_pairs(published_groups) -> None:  # noqa: ANN001
+    """The same replay with the refit restricted to the knobs a stack's own runs identify (GEMM
+    scale, time per layer pass, NVLink collective bandwidth): no group loses a pair."""
+    _assert_loop_keeps_pairs(published_groups,
+                             knobs=("gemm_scale", "layer_overhead_us", "intra_bw_scale"))
+
+
+def _assert_loop_keeps_pairs(groups, knobs) -> None:  # noqa: ANN001
     k = 3
-    looped = [g for g in published_groups if len(g.layouts) >= rk.loop_min_layouts(k)]
+    looped = [g for g in groups if len(g.layouts) >= rk.loop_min_layouts(k)]
     assert looped, "the published runs have groups large enough for the loop"
     for g in looped:
         before = rk.rank_plans(g, g.runs[0].cluster.gpu)
         stock = rk.score_group(g, before)
-        loop = rk.closed_loop_group(g, k, before)
+        loop = rk.closed_loop_group(g, k, before, knobs)
         assert loop["loop_pairs_right"] >= stock["pairs_right"], g.key
