@@ -5,6 +5,8 @@
     python benchmarks/ranking.py --groups              # also print every group's row
     python benchmarks/ranking.py --stack-fit           # also with the stack's efficiency fitted
                                                        # on the same source's other runs
+    python benchmarks/ranking.py --stack-knobs gemm_scale,layer_overhead_us,intra_bw_scale
+    python benchmarks/ranking.py --closed-loop 3 --loop-knobs intra_bw_scale  # refit these only
     python benchmarks/ranking.py --markdown out.md     # also write the tables as markdown
 
 What a user takes from `planner solve` is its first plan, so beyond step-time error
@@ -27,11 +29,16 @@ Per group and pooled over groups, split into the sources the stock profiles were
 - within 3%: share of groups whose first pick's regret is at most PAIR_MARGIN.
 
 --closed-loop K replays `planner solve --calibrate K` on every group of at least
-max(LOOP_MIN_LAYOUTS, K + 2) layouts,
-the measurement injected: the K plans the loop's choice picks from the ranked group are
-"run" (their recorded step times become validate records), the profile is refitted to them, the
-group is ranked again, and the user ends with the fastest of what ran and the new first pick.
-choose() and refit() are the seam to planner.calibrate (one call each).
+max(LOOP_MIN_LAYOUTS, K + 2) layouts, the measurement injected: the K plans the loop's choice
+picks from the ranked group are "run" (their recorded step times are what the refit sees, as
+MeasuredRuns with the group's own job; the real loop reads them back from validate records), the
+profile is refitted to them, the group is ranked again, and the user ends with the fastest of
+what ran and the new first pick. choose() and refit() are the seam to planner.calibrate (one
+call each).
+
+--stack-fit ranks each group again after fitting its software stack's efficiency knobs
+(STACK_KNOBS, or --stack-knobs) on the same source's other timed runs on that GPU, never the
+group's own: how well the structure ranks once the stack's efficiency is known.
 """
 
 from __future__ import annotations
