@@ -164,3 +164,26 @@ def _assert_loop_keeps_pairs(groups, knobs) -> None:  # noqa: ANN001
         stock = rk.score_group(g, before)
         loop = rk.closed_loop_group(g, k, before, knobs)
         assert loop["loop_pairs_right"] >= stock["pairs_right"], g.key
+
+
+def test_main_on_a_sweep_table(tmp_path, capsys) -> None:  # noqa: ANN001
+    """A user's sweep table with the published columns: one group, its metrics by hand."""
+    frame = pd.read_csv(rk.PUBLISHED_RUNS_CSV)
+    rows = frame[(frame["source_id"] == "dlperf_megatron_v100") & (frame["num_gpus"] == 8)
+                 & (frame["global_batch"] == 16)].copy()
+    rows["source_id"] = "my_sweep"
+    path = tmp_path / "sweep.csv"
+    rows.to_csv(path, index=False)
+    out = tmp_path / "rank.csv"
+    assert rk.main(["--csv", str(path), "--rows", str(out)]) == 0
+    got = pd.read_csv(out)
+    assert len(got) == 1 and got.loc[0, "source"] == "my_sweep" and not got.loc[0, "tuned"]
+    # recompute the group's metrics from its own predictions, independently of score_group
+    runs, _ = rk.load_all([path])
+    (group,) = rk.build_groups(runs, rk.frameworks_of([path]), rk.Predictor())
+    plans = rk.rank_plans(group, group.runs[0].cluster.gpu)
+    first = group.layouts.index(plans[0].layout)
+    assert got.loc[0, "regret"] == pytest.approx(group.measured[first] / group.measured.min() - 1)
+    assert got.loc[0, "layouts"] == len(group.layouts) == len(rows.drop_duplicates(
+        ["tp", "pp", "dp", "micro_batch"]))
+    assert "held out" in capsys.readouterr().out
