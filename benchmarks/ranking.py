@@ -391,7 +391,10 @@ def evaluate(tables: Sequence[Path], closed_loop: int | None = None, stack_fit: 
                                      "within_3pct", "first")})
         if closed_loop is not None and len(g.layouts) >= loop_min_layouts(closed_loop):
             t0 = time.perf_counter()
-            row.update(closed_loop_group(g, closed_loop, plans, loop_knobs))
+            try:
+                row.update(closed_loop_group(g, closed_loop, plans, loop_knobs))
+            except PlannerError as exc:  # the refit found nothing to fit: say so, go on
+                log(f"  loop on {g.key}: no refit ({exc})")
             log(f"  loop on {g.key}: {time.perf_counter() - t0:.1f}s")
         rows.append(row)
     return pd.DataFrame(rows), groups
@@ -449,6 +452,13 @@ def main(argv: list[str] | None = None) -> int:
     loop_knobs = ([k.strip() for k in ns.loop_knobs.split(",") if k.strip()]
                   if ns.loop_knobs else None)
     stack_knobs = [k.strip() for k in ns.stack_knobs.split(",") if k.strip()]
+    from planner.calibrate import knobs_for
+
+    known = {k.name for k in knobs_for(load_gpu("H100"))}  # the H100 has every knob (fp8 too)
+    unknown = sorted(set(stack_knobs + (loop_knobs or [])) - known)
+    if unknown:
+        raise SpecError(f"unknown profile knob(s) {', '.join(unknown)}; known: "
+                        + ", ".join(sorted(known)))
     ns.stack_fit = ns.stack_fit or stack_knobs != list(STACK_KNOBS)
     rows, _ = evaluate(tables, ns.closed_loop, ns.stack_fit, loop_knobs, stack_knobs)
     summary = summarize(rows)
