@@ -3,6 +3,9 @@
     python benchmarks/accuracy.py                      # tune on dgxc + bloom, report every source
     python benchmarks/accuracy.py --tune none          # the stock profiles as they are
     python benchmarks/accuracy.py --markdown out.md    # also write the tables as markdown
+    python benchmarks/accuracy.py --stacks             # fit the software-stack presets, per stack
+    python benchmarks/accuracy.py --stacks --write-stacks   # ... and write software_stacks/*.yaml
+    python benchmarks/accuracy.py --few-shot 3         # calibrate on 3 small runs, predict the rest
 
 Every usable row of published_runs.csv is predicted: the knobs the row states are pinned, the
 search chooses the ones it leaves empty (the fastest consistent layout; the published runs were
@@ -308,6 +311,220 @@ def _fmt(table: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
+# ---- software stacks: presets fitted per stack, split by source -------------------------------
+
+STACK_DIR = Path(__file__).resolve().parent.parent / "software_stacks"
+
+
+def _stack_pairs(runs: Sequence[MeasuredRun], predictor: Predictor,
+                 ) -> dict[str, list[tuple[MeasuredRun, Layout]]]:
+    """Timed runs with a layout (the row's own, else the search's on the stock profile), per
+    stack preset name."""
+    out: dict[str, list[tuple[MeasuredRun, Layout]]] = {}
+    for group in _timed_by_gpu(runs).values():
+        layouts = _searched_layouts(group, group[0].cluster.gpu, predictor)
+        for run, layout in zip(group, layouts, strict=True):
+            if layout is not None:
+                out.setdefault(run.stack, []).append((run, layout))
+    return dict(sorted(out.items()))
+
+
+def _stats(err: np.ndarray) -> dict[str, float]:
+    a = np.abs(err)
+    return {"median": float(np.median(a)), "p90": float(np.quantile(a, 0.9)), "n": int(len(a))}
+
+
+def fit_stacks(runs: Sequence[MeasuredRun], predictor: Predictor, log: Any = print,
+               ) -> tuple[pd.DataFrame, dict[str, Any], dict[tuple[str, str], Any]]:
+    """Fit every stack's factors on all its runs; error out of the box (stock factors), in
+    sample, and out of sample: on each source from a fit on the stack's other sources, or, for
+    a stack with one source, on each model from a fit on the source's other models. Returns the
+    per-(stack, source) table, the fitted presets by name, and the preset fitted without each
+    (stack, source) (what the few-shot protocol starts from)."""
+    from datetime import UTC, datetime
+
+    from planner.calibrate.stackfit import fit_stack_factors, predict_with
+    from planner.stacks import ErrorStats, StackFactors, resolve_stack
+
+    rows, fitted, without = [], {}, {}
+    date = datetime.now(UTC).strftime("%Y-%m-%d")
+    for name, pairs in _stack_pairs(runs, predictor).items():
+        t0 = time.perf_counter()
+        preset = resolve_stack(name)
+        stock = preset.model_copy(update={"factors": StackFactors()})
+        srs = [r for r, _ in pairs]
+        lays = [lay for _, lay in pairs]
+        meas = np.array([r.measured_step_time_s for r in srs])
+        box = predict_with(stock, srs, lays) / meas - 1
+        full = fit_stack_factors(stock, srs, lays)
+        ins = predict_with(full, srs, lays) / meas - 1
+        sources = sorted({r.source_id for r in srs})
+        oos = np.full(len(srs), np.nan)
+        if len(sources) > 1:
+            how = "each source predicted by a fit on the stack's other sources"
+            folds = [(s, np.array([r.source_id == s for r in srs])) for s in sources]
+        else:
+            how = f"within {sources[0]}: each model predicted by a fit on the others"
+            models = sorted({r.model.name for r in srs})
+            folds = [(m, np.array([r.model.name == m for r in srs])) for m in models]
+        for label, held in folds:
+            train = ~held
+            if train.sum() < 2:
+                continue
+            part = fit_stack_factors(stock, [r for r, t in zip(srs, train, strict=True) if t],
+                                     [x for x, t in zip(lays, train, strict=True) if t])
+            idx = np.flatnonzero(held)
+            oos[idx] = predict_with(part, [srs[i] for i in idx], [lays[i] for i in idx]) \
+                / meas[idx] - 1
+            if len(sources) > 1:
+                without[(name, label)] = part
+        has_oos = ~np.isnan(oos)
+        prov = full.provenance.model_copy(update={
+            "fitted_on": sources, "runs": len(srs),
+            "gpus": sorted({r.cluster.gpu.name for r in srs}),
+            "method": "benchmarks/accuracy.py --stacks: planner.calibrate.stackfit (soft-L1 "
+                      "least squares of log step time; GEMM scale and layer-pass overhead shared "
+                      "by every GPU of the stack) on planner/data/published_runs.csv",
+            "in_sample": ErrorStats(**{k: round(v, 4) if isinstance(v, float) else v
+                                       for k, v in _stats(ins).items()}),
+            "out_of_sample": ErrorStats(**{k: round(v, 4) if isinstance(v, float) else v
+                                           for k, v in _stats(oos[has_oos]).items()})
+            if has_oos.any() else None,
+            "out_of_sample_how": how if has_oos.any() else "",
+            "date": date,
+            "note": f"out of the box (stock factors) median {np.median(np.abs(box)):.1%}, "
+                    f"p90 {np.quantile(np.abs(box), 0.9):.1%}",
+        })
+        fitted[name] = full.model_copy(update={"provenance": prov})
+        log(f"{name}: {len(srs)} runs, gemm x{full.factors.gemm_scale:.3f}, layer pass "
+            f"{full.factors.layer_overhead_us:.0f} us ({time.perf_counter() - t0:.0f}s)")
+        for source in sources:
+            m = np.array([r.source_id == source for r in srs])
+            o = oos[m & has_oos]
+            rows.append({
+                "stack": name, "source": source, "timed": int(m.sum()),
+                "box_median": np.median(np.abs(box[m])), "box_p90": np.quantile(np.abs(box[m]), .9),
+                "named_in_median": np.median(np.abs(ins[m])),
+                "named_in_p90": np.quantile(np.abs(ins[m]), 0.9),
+                "named_oos_median": np.median(np.abs(o)) if len(o) else np.nan,
+                "named_oos_p90": np.quantile(np.abs(o), 0.9) if len(o) else np.nan,
+                "oos": "other sources" if len(sources) > 1 else "leave one model out",
+                "gemm_scale": full.factors.gemm_scale,
+                "layer_us": full.factors.layer_overhead_us,
+            })
+    for name, preset in fitted.items():
+        for source in preset.provenance.fitted_on:
+            if (name, source) not in without:  # the stack's only source: start from the others
+                without[(name, source)] = population_preset(preset, fitted.values(), source)
+    return pd.DataFrame(rows), fitted, without
+
+
+def population_preset(preset: Any, fitted: Any, source: str) -> Any:
+    """`preset` with the factors of the typical stack: the geometric-mean GEMM scale and the mean
+    layer-pass overhead of the presets not fitted on `source` (empirical Bayes: what is known of
+    a stack before any of its runs, the centre of the prior whose width is their spread)."""
+    from planner.stacks import StackFactors
+
+    others = [p for p in fitted if source not in p.provenance.fitted_on]
+    if not others:
+        return preset.model_copy(update={"factors": StackFactors()})
+    gemm = float(np.exp(np.mean([np.log(p.factors.gemm_scale) for p in others])))
+    over = [p.factors.layer_overhead_us for p in others if p.factors.layer_overhead_us is not None]
+    return preset.model_copy(update={"factors": StackFactors(
+        gemm_scale=gemm, layer_overhead_us=float(np.mean(over)) if over else None)})
+
+
+def write_stack_presets(fitted: dict[str, Any]) -> None:
+    """Write the fitted factors and provenance into software_stacks/NAME.yaml (the whole file is
+    regenerated from the validated preset; its text lives in fields, not comments)."""
+    import yaml
+
+    from planner.io import write_text_atomic
+
+    for name, preset in fitted.items():
+        data = preset.model_dump(mode="json", exclude_none=True)
+        data = {k: v for k, v in data.items() if v not in ({}, [], "")}
+        data["match"] = {k: v for k, v in data["match"].items()
+                         if not (k == "without_year" and v is True)}
+        path = STACK_DIR / f"{name}.yaml"
+        write_text_atomic(path, yaml.safe_dump(data, sort_keys=False, width=100,
+                                               allow_unicode=True))
+        print(f"wrote {path.name}")
+
+
+def few_shot(runs: Sequence[MeasuredRun], predictor: Predictor, k: int,
+             without: dict[tuple[str, str], Any], fitted: dict[str, Any],
+             log: Any = print) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The few-shot protocol: every (source, stack, GPU) group with at least k + 2 timed runs is
+    calibrated (planner.calibrate.fewshot) on its k runs with the fewest GPUs, starting from the
+    stack's preset fitted without that source (for a stack with one source: the other stacks'
+    mean factors, population_preset), with prior widths from the presets fitted without it; the
+    other runs are predicted. Returns one row per predicted run and a summary
+    per group."""
+    from planner.calibrate.fewshot import FewShotPrior, few_shot_fit
+    from planner.calibrate.stackfit import predict_with
+
+    groups: dict[tuple[str, str, str], list[tuple[MeasuredRun, Layout]]] = {}
+    for name, pairs in _stack_pairs(runs, predictor).items():
+        for run, layout in pairs:
+            groups.setdefault((run.source_id, name, run.cluster.gpu.name), []).append(
+                (run, layout))
+    per_run, summary = [], []
+    for (source, name, gpu), pairs in sorted(groups.items()):
+        if len(pairs) < k + 2:
+            continue
+        pairs = sorted(pairs, key=lambda p: (p[0].cluster.num_gpus, p[0].measured_step_time_s,
+                                             p[0].run_id))
+        cal, tgt = pairs[:k], pairs[k:]
+        start = without[(name, source)]
+        prior = FewShotPrior.from_presets(list(fitted.values()), exclude_sources=[source])
+        fit = few_shot_fit(cal[0][0].cluster.gpu, [r for r, _ in cal],
+                           layouts=[lay for _, lay in cal], stack=start, prior=prior,
+                           cross_validate=False)
+        truns, tlays = [r for r, _ in tgt], [lay for _, lay in tgt]
+        meas = np.array([r.measured_step_time_s for r in truns])
+        before = predict_with(start, truns, tlays) / meas - 1
+        pred, sigma = fit.band(truns, tlays)
+        after = pred / meas - 1
+        inside = np.abs(np.log(meas / pred)) <= sigma
+        for i, run in enumerate(truns):
+            per_run.append({"source": source, "stack": name, "gpu": gpu, "run": run.run_id,
+                            "before": before[i], "after": after[i], "sigma": sigma[i],
+                            "inside": bool(inside[i])})
+        summary.append({
+            "source": source, "stack": name, "gpu": gpu, "calibrated_gpus":
+            "/".join(str(r.cluster.num_gpus) for r, _ in cal), "predicted": len(tgt),
+            "before_median": np.median(np.abs(before)), "before_p90":
+            np.quantile(np.abs(before), 0.9), "after_median": np.median(np.abs(after)),
+            "after_p90": np.quantile(np.abs(after), 0.9), "band_median": np.median(sigma),
+            "coverage": inside.mean(), "fitted": ",".join(fit.fitted) or "-",
+        })
+        log(f"{source}/{name}/{gpu}: fitted {', '.join(fit.fitted) or 'nothing'}; kept "
+            + "; ".join(f"{kn}: {why}" for kn, why in list(fit.kept.items())[:2]))
+    return pd.DataFrame(per_run), pd.DataFrame(summary)
+
+
+def _pct_table(frame: pd.DataFrame) -> pd.DataFrame:
+    t = frame.copy()
+    for col in t.columns:
+        if any(w in col for w in ("median", "p90", "coverage")) and t[col].dtype != object:
+            t[col] = t[col].map(lambda x: "-" if pd.isna(x) else f"{100 * x:.1f}%")
+    return t
+
+
+def _overall(per_run: pd.DataFrame, by: str | None) -> pd.DataFrame:
+    out = []
+    groups = per_run.groupby(by) if by else [("all", per_run)]
+    for key, g in groups:
+        out.append({by or "group": key, "predicted": len(g),
+                    "before_median": g["before"].abs().median(),
+                    "before_p90": g["before"].abs().quantile(0.9),
+                    "after_median": g["after"].abs().median(),
+                    "after_p90": g["after"].abs().quantile(0.9),
+                    "coverage": g["inside"].mean()})
+    return pd.DataFrame(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, default=PUBLISHED_RUNS_CSV)
@@ -320,6 +537,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--software-factors", action="store_true",
                         help="also fit one GEMM scale per source and GPU (in sample) and print "
                         "the error left after it")
+    parser.add_argument("--stacks", action="store_true",
+                        help="fit the software-stack presets (GEMM scale, layer-pass overhead) "
+                        "and print, per stack and source, the error out of the box, with the "
+                        "stack named in and out of sample")
+    parser.add_argument("--write-stacks", action="store_true",
+                        help="with --stacks: write the fitted presets to software_stacks/")
+    parser.add_argument("--few-shot", type=int, metavar="K",
+                        help="calibrate each (source, stack, GPU) group on its K runs with the "
+                        "fewest GPUs and predict the others (implies --stacks)")
     parser.add_argument("--write-profiles", action="store_true",
                         help="set the fitted efficiency fields in hardware_profiles/*.yaml")
     ns = parser.parse_args(argv)
@@ -375,6 +601,27 @@ def main(argv: list[str] | None = None) -> int:
         print(factors.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
         md += ["### one GEMM scale per source and GPU (in sample)", "", "```",
                factors.to_string(index=False, float_format=lambda x: f"{x:.3f}"), "```", ""]
+    if ns.stacks or ns.few_shot:
+        table, fitted, without = fit_stacks(runs, predictor)
+        title = ("software stacks: out of the box (stock factors), stack named in sample, "
+                 "stack named out of sample")
+        print(f"\n== {title} ==")
+        print(_pct_table(table).to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+        md += [f"### {title}", "", "```", _pct_table(table).to_string(
+            index=False, float_format=lambda x: f"{x:.3g}"), "```", ""]
+        if ns.write_stacks:
+            write_stack_presets(fitted)
+        if ns.few_shot:
+            per_run, summary = few_shot(runs, predictor, ns.few_shot, without, fitted)
+            title = (f"few-shot K={ns.few_shot}: per group (before = the stack's preset fitted "
+                     "without the source)")
+            for t, frame in ((title, summary), ("few-shot per stack", _overall(per_run, "stack")),
+                             ("few-shot per source", _overall(per_run, "source")),
+                             ("few-shot, all groups", _overall(per_run, None))):
+                print(f"\n== {t} ==")
+                text = _pct_table(frame).to_string(index=False)
+                print(text)
+                md += [f"### {t}", "", "```", text, "```", ""]
     diag = term_diagnosis(after[~after["source"].isin(tuned)])
     if len(diag):
         print("\n== term diagnosis on untuned rows (factor each term needs) ==")

@@ -20,6 +20,9 @@ from typing import Any
 from planner.errors import PlannerError, SpecError
 from planner.layout import Layout
 from planner.specs import ClusterSpec, GpuProfile, JobSpec, ModelSpec
+from planner.stacks import DEFAULT_STACK, recipe_of, resolve_stack
+
+__all__ = ["recipe_of"]  # moved to planner.stacks; kept importable from here
 
 LAYOUT_KNOBS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp")
 # The project's calibration set (published measured runs, with its README of columns, sources and
@@ -48,6 +51,7 @@ class MeasuredRun:
     gpu_type: str = ""
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    stack: str = DEFAULT_STACK  # software stack preset name (planner.stacks)
 
     @property
     def layout(self) -> Layout | None:
@@ -89,6 +93,11 @@ def _num(value: Any) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         return None
+
+
+def _text(value: Any) -> str:
+    """A cell as text ('' for an empty one)."""
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
 
 
 def _int(value: Any) -> int | None:
@@ -139,51 +148,6 @@ def recompute_of(text: str | None) -> str | None:
         if t.startswith(value):
             return value
     return None
-
-
-def recipe_of(framework: str, notes: str) -> dict[str, str | bool]:
-    """JobSpec recipe fields a row's software implies (rules by framework, not by row).
-
-    Unfused attention: Megatron-DeepSpeed (BLOOM, 2022) and Megatron-LM builds dated before 2023
-    (FlashAttention was published in May 2022 and reached Megatron-LM in 2023). Gradients:
-    DeepSpeed's fp16/bf16 ZeRO-1 keeps 16-bit gradients ("half"); its BF16_Optimizer, where the
-    row names it, adds an unsharded fp32 accumulator ("half+fp32"). Gradient reduction after the
-    backward (grad_overlap False) for both. NeMo and Megatron-Bridge overlap TP communication
-    with the GEMMs (tp_comm_overlap). Everything else keeps the JobSpec defaults (flash,
-    Megatron/FSDP gradients by ZeRO stage, overlapped reduction, no TP overlap)."""
-    out: dict[str, str | bool] = {}
-    years = [int(y) for y in re.findall(r"\b(20\d\d)\b", framework)]
-    deepspeed = "deepspeed" in framework.lower()
-    if deepspeed or ("megatron" in framework.lower() and years and max(years) <= 2022):
-        out["attention"] = "unfused"
-    if deepspeed:
-        out["grad_dtype"] = "half+fp32" if "BF16_Optimizer" in notes else "half"
-    if deepspeed or ("megatron-lm" in framework.lower() and years and max(years) <= 2021):
-        # DeepSpeed's pipeline engine reduces gradients in a ReduceGrads step after the last
-        # backward; Megatron-LM's 2021 "local" DDP all-reduced after the backward too.
-        out["grad_overlap"] = False
-    if deepspeed or ("megatron" in framework.lower() and years and max(years) <= 2022):
-        # overlap_p2p_comm arrived with Megatron-Core (2023); DeepSpeed's pipeline engine has
-        # no interleaving and blocks on its sends
-        out["p2p_overlap"] = False
-    if "nemo" in framework.lower() or "maxtext" in framework.lower():
-        # Transformer Engine's DotProductAttention runs cuDNN fused attention on Hopper and
-        # later (NeMo / Megatron-Bridge); MaxText's GPU configs use attention=cudnn_flash_te
-        out["attention"] = "cudnn"
-    if "nemo" in framework.lower():
-        # NeMo / Megatron-Bridge performance recipes overlap TP communication with the GEMMs
-        # (MegatronCommOverlapCallback / CommOverlapConfig(tp_comm_overlap=True), userbuffers
-        # configs per model and GPU in nemo.collections.llm.recipes and scripts/performance).
-        out["tp_comm_overlap"] = True
-    if "megatron-bridge" in framework.lower():
-        # its Llama performance configs reduce gradients in bf16 (ddp.grad_reduce_in_fp32 =
-        # False, Megatron-Bridge scripts/performance/configs/llama/llama31_llm_pretrain.py): 2 B
-        # main grads, the optimizer's fp32 copy of its shard at the step
-        out["grad_dtype"] = "half"
-    if deepspeed:
-        # Megatron-DeepSpeed ran DeepSpeed 0.5-0.6 and CUDA 11.x (every kernel loaded at start-up)
-        out["software"] = "deepspeed-2022"
-    return out
 
 
 def model_from_row(row: dict[str, Any]) -> ModelSpec:
@@ -266,8 +230,11 @@ def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] |
     seq, gbs = _int(row.get("seq_len")), _int(row.get("global_batch"))
     if not seq or not gbs:
         raise SpecError("row lacks seq_len or global_batch")
-    job = JobSpec(seq_len=seq, global_batch=gbs, precision=precision,
-                  **recipe_of(str(row.get("framework", "")), str(row.get("notes", ""))))
+    # the `stack` column names the software; the `framework` column feeds it (same rules)
+    stack_text = _text(row.get("stack")) or _text(row.get("framework"))
+    stack = resolve_stack(stack_text)
+    job = stack.job(JobSpec(seq_len=seq, global_batch=gbs, precision=precision), stack_text,
+                    _text(row.get("notes")))
     pins: dict[str, Any] = {}
     for col, knob in (("tp", "tp"), ("pp", "pp"), ("dp", "dp"), ("cp", "cp"), ("vpp", "vpp"),
                       ("micro_batch", "mbs")):
@@ -286,17 +253,10 @@ def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] |
     sp = row.get("sp")
     if isinstance(sp, str) and sp.strip().lower() in ("yes", "no", "true", "false"):
         pins["sp"] = sp.strip().lower() in ("yes", "true")
-    if "deepspeed" in str(row.get("framework", "")).lower():
-        # BLOOM's Megatron-DeepSpeed (2022) ran DeepSpeed's pipeline engine: no interleaved
-        # schedule, and sequence parallelism (Korthikanti et al., May 2022) did not exist yet.
-        pins.setdefault("vpp", 1)
-        pins.setdefault("sp", False)
-    framework = str(row.get("framework", ""))
-    years = [int(y) for y in re.findall(r"\b(20\d\d)\b", framework)]
-    if framework.startswith("Megatron-LM") and years and max(years) <= 2021:
-        # Megatron-LM of 2021 had no distributed optimizer (--use-distributed-optimizer came in
-        # 2022) and no ZeRO: DDP with fp32 main gradients, i.e. ZeRO stage 0 here.
-        pins.setdefault("zero", 0)
+    for knob, value in stack.layout_defaults.items():
+        # what the software cannot do (Megatron-DeepSpeed: no interleaving, no SP; Megatron-LM
+        # 2021: no distributed optimizer), unless the row says otherwise
+        pins.setdefault(knob, value)
     oom = is_oom_row(row)
     step = None if oom else step_time_of(row)
     if step is None and not oom:
@@ -306,6 +266,7 @@ def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] |
         source_id=str(row.get("source_id", "csv")),
         model=model, cluster=cluster, job=job, pins=pins, measured_step_time_s=step, oom=oom,
         quality=str(row.get("quality", "A")), gpu_type=gpu_type, notes=str(row.get("notes", "")),
+        stack=stack.name,
     )
 
 
@@ -390,13 +351,15 @@ def run_from_record(record: dict[str, Any], gpu: GpuProfile, run_id: str) -> Mea
     precision = record.get("precision")
     if precision not in ("bf16", "fp16", "fp8"):
         precision = "bf16"
-    job = JobSpec(seq_len=int(record["seq_len"]), global_batch=int(record["global_batch"]),
-                  precision=precision)
+    stack = resolve_stack(_text(record.get("stack")))
+    job = stack.job(JobSpec(seq_len=int(record["seq_len"]),
+                            global_batch=int(record["global_batch"]), precision=precision))
     return MeasuredRun(
         run_id=run_id, source_id=str(record.get("source_id") or "validate"), model=model,
         cluster=cluster, job=job, pins=pins, measured_step_time_s=step,
         gpu_type=str(record.get("device", "")),
         extra={"predicted_step_time_s": record.get("predicted_step_time_s")},
+        stack=stack.name,
     )
 
 

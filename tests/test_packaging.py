@@ -76,6 +76,10 @@ def test_installed_wheel_serves_builtin_models_and_gpus(installed, tmp_path):
     h100 = next(g for g in clusters["profiles"] if g["name"] == "H100-SXM")
     assert h100["peak_bf16_tflops"] == 989  # dense BF16, docs/hardware.md section 1
 
+    stacks = json.loads(_run(installed / "planner", "stacks", "--json", cwd=outside).stdout)
+    expected_stacks = {p.stem for p in (REPO / "software_stacks").glob("*.yaml")}
+    assert {s["name"] for s in stacks} == expected_stacks
+
     # the validate subpackage ships under the planner name, never as a top-level `validate`
     _run(installed / "python", "-c", "import planner.validate", cwd=outside)
 
@@ -90,6 +94,9 @@ def test_wheel_contents(installed):
         assert f"planner/hardware_profiles/{gpu.name}" in names
     for model in (REPO / "model_specs").glob("*.yaml"):
         assert f"planner/model_specs/{model.name}" in names
-    assert not any(n.startswith(("validate/", "tests/", "hardware_profiles/")) for n in names)
+    for stack in (REPO / "software_stacks").glob("*.yaml"):
+        assert f"planner/software_stacks/{stack.name}" in names
+    assert not any(n.startswith(("validate/", "tests/", "hardware_profiles/", "software_stacks/"))
+                   for n in names)
     for keys in (REPO / "planner" / "launchers" / "known_keys").glob("*.txt"):  # export checks
         assert f"planner/launchers/known_keys/{keys.name}" in names

@@ -3,6 +3,7 @@
     from planner.calibrate import calibrate, load_runs
     runs, skipped = load_runs("runs.jsonl", gpu)
     fit = calibrate(gpu, runs)           # FitResult: fit.profile, fit.err_before, fit.err_cv ...
+    fit = few_shot_fit(gpu, runs, stack=resolve_stack("nemo"))  # only what the runs identify
     plans_indistinguishable(plans)       # how many top plans overlap the best one's band
 
 scipy is imported only inside the fit, so `solve` can use the band helper cheaply.
@@ -11,6 +12,7 @@ scipy is imported only inside the fit, so `solve` can use the band helper cheapl
 from __future__ import annotations
 
 from planner.calibrate.bands import plans_indistinguishable
+from planner.calibrate.fewshot import FewShotFit, FewShotPrior, few_shot_fit
 from planner.calibrate.fit import (
     FitResult,
     apply_values,
@@ -24,7 +26,8 @@ from planner.calibrate.fit import (
 from planner.runs import MeasuredRun, load_runs
 
 __all__ = [
-    "FitResult", "MeasuredRun", "apply_values", "calibrate", "closed_loop", "knobs_for",
+    "FewShotFit", "FewShotPrior", "FitResult", "MeasuredRun", "apply_values", "calibrate",
+    "closed_loop", "few_shot_fit", "knobs_for",
     "load_runs", "plans_indistinguishable", "predict_step_times", "profile_yaml",
     "resolve_layout", "stock_values",
 ]

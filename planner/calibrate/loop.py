@@ -66,12 +66,14 @@ def default_validate_run(steps: int = 4, warmup: int = 1, timeout_s: float = 600
 def closed_loop(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any],
                 n: int, runs_path: str | Path, *, top_k: int = 10,
                 profile_out: str | Path | None = None,
-                validate_run: ValidateRun | None = None) -> ClosedLoopResult:
+                validate_run: ValidateRun | None = None, stack: Any = None) -> ClosedLoopResult:
     """Validate the top `n` plans of solve(model, cluster, job, pins) on this machine, fit
     cluster.gpu to the measured step times, solve again with the fitted profile, and return both
     rankings. Records are appended to `runs_path`; only this call's records are fitted. The
-    fitted profile is written to `profile_out` when given. Raises InfeasibleError when nothing
-    fits, PlannerError when no validated run succeeded."""
+    fitted profile is written to `profile_out` when given. With `stack` (a StackPreset, as
+    `solve --calibrate` passes) the fit is planner.calibrate.fewshot's: only the knobs the runs
+    identify, at most runs - 1, pulled toward the preset; without it, every knob the runs move.
+    Raises InfeasibleError when nothing fits, PlannerError when no validated run succeeded."""
     from planner.search import solve
 
     if n < 1:
@@ -89,8 +91,14 @@ def closed_loop(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
     if not runs:
         reasons = "; ".join(s.reason for s in skipped[:3]) or "no record written"
         raise PlannerError(f"no validated run succeeded ({reasons})")
-    fit = calibrate(cluster.gpu, runs, layouts=[r.layout for r in runs],
-                    cross_validate=len(runs) >= 3)
+    if stack is not None:
+        from planner.calibrate.fewshot import few_shot_fit
+
+        fit = few_shot_fit(cluster.gpu, runs, stack=stack, layouts=[r.layout for r in runs],
+                           cross_validate=len(runs) >= 3)
+    else:
+        fit = calibrate(cluster.gpu, runs, layouts=[r.layout for r in runs],
+                        cross_validate=len(runs) >= 3)
     fitted_cluster = cluster.model_copy(update={"gpu": fit.profile})
     plans_after = solve(model, fitted_cluster, job, pins, top_k=top_k)
     path = None

@@ -40,6 +40,9 @@ def fit_summary(fit: FitResult, skipped: Sequence[Skipped] = ()) -> dict[str, An
         ],
         "skipped": [{"run": s.run_id, "reason": s.reason} for s in skipped],
         "notes": fit.notes,
+        # few-shot fits (planner.calibrate.fewshot): the stack and the knobs kept, with why
+        "stack": getattr(fit, "stack", None) or None,
+        "kept": dict(getattr(fit, "kept", {}) or {}),
     }
 
 
@@ -76,7 +79,10 @@ def print_fit(fit: FitResult, console: Any, skipped: Sequence[Skipped] = (),
                             _pct(s["bias"]))
     console.print(overall)
     fitted = ", ".join(f"{k}={fit.values[k]:.4g}" for k in fit.fitted) or "nothing (no run moves)"
-    console.print(f"fitted: {fitted}")
+    stack = getattr(fit, "stack", "")
+    console.print(f"fitted: {fitted}" + (f" (starting from stack preset {stack})" if stack else ""))
+    for name, why in (getattr(fit, "kept", {}) or {}).items():
+        console.print(f"kept {name}: {why}", highlight=False)
     console.print(f"step_time_rel_error (1 sigma band): {fit.profile.step_time_rel_error}")
     for note in fit.notes:
         console.print(f"note: {note}")

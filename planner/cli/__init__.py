@@ -4,6 +4,7 @@
     planner estimate --model llama3-70b --cluster 64xH100 --tp 8 --pp 4 --zero 1
     planner models --json
     planner clusters
+    planner stacks --json
     planner validate --model llama2-7b --tp 2 --pp 1 --dp 2 --steps 5 --out runs.jsonl
     planner calibrate --runs runs.jsonl --profile H100 --out h100-fitted.yaml
     planner explain --model llama70b --cluster 128xA100 --rank 1
@@ -36,6 +37,7 @@ COMMANDS = {
     "explain": "planner.cli.explain",
     "report": "planner.cli.explain",
     "export": "planner.cli.export",
+    "stacks": "planner.cli.stacks",
 }
 
 

@@ -4,6 +4,12 @@
     planner calibrate --runs my_cluster_logs.csv --profile H100 --out h100-fitted.yaml
     planner calibrate --runs runs.csv --profile A100 --out a.yaml --fit gemm_scale,dp_overlap
     planner calibrate --runs megatron.log --runs titan.log --profile H100 --out h100-mine.yaml
+    planner calibrate --runs three_runs.jsonl --profile H100 --stack nemo --out h100-nemo.yaml
+
+By default the fit starts from the software stack's preset (--stack, else the stack the runs
+name, else megatron-core) and fits only the knobs the runs identify, at most runs - 1, pulled
+toward the preset (planner.calibrate.fewshot); it says which knobs it kept and why. --fit a,b
+fits exactly those knobs instead (robust least squares, planner.calibrate.fit).
 
 --runs (repeatable) takes the JSON-lines records of `planner validate`, a CSV with the columns of
 published_runs.csv, or a Megatron-LM / NeMo / torchtitan training log (planner.launchers.logs:
@@ -35,12 +41,16 @@ CvOpt = Annotated[bool, typer.Option("--cv/--no-cv", help="Cross-validate (leave
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")]
 PlotOpt = Annotated[Path | None, typer.Option(
     "--plot", help="Also draw predicted vs measured with the band (.png or .svg).")]
+StackOpt = Annotated[str | None, typer.Option(
+    "--stack", help="Software stack of the runs (preset or framework text; planner stacks): the "
+    "fit starts from its preset. Default: the stack the runs name, else megatron-core.")]
 
 
 @app.command("calibrate")
 def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitOpt = None,
                   source: SourceOpt = None, cv: CvOpt = True, json_out: JsonOpt = False,
-                  plot: PlotOpt = None) -> None:
+                  plot: PlotOpt = None,
+                  stack: StackOpt = None) -> None:
     """Fit the profile's efficiency parameters to measured runs and write a new profile."""
     import json
 
@@ -69,8 +79,15 @@ def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitO
         reasons = sorted({s.reason for s in skipped})[:3]
         raise SpecError(f"{', '.join(map(str, runs))}: no usable run for profile {gpu.name}"
                         + (f" ({'; '.join(reasons)})" if reasons else ""))
-    names = [n.strip() for n in fit.split(",") if n.strip()] if fit else None
-    result = calibrate(gpu, [r.with_gpu(gpu) for r in measured], names=names, cross_validate=cv)
+    preset = _stack_of(stack, measured)
+    measured = [_with_stack(r.with_gpu(gpu), preset) for r in measured]
+    if fit:
+        names = [n.strip() for n in fit.split(",") if n.strip()]
+        result = calibrate(preset.profile_for(gpu), measured, names=names, cross_validate=cv)
+    else:
+        from planner.calibrate.fewshot import few_shot_fit
+
+        result = few_shot_fit(gpu, measured, stack=preset, cross_validate=cv)
     write_text_atomic(out, profile_yaml(result.profile))
     if plot is not None:
         from planner.figures import calibration_figure, save
@@ -95,3 +112,24 @@ def matching_gpu(runs, gpu):  # noqa: ANN001, ANN201 - list[MeasuredRun] in and 
     if base:
         names.add(base)
     return [r for r in runs if r.cluster.gpu.name.lower() in names]
+
+
+def _stack_of(text, runs):  # noqa: ANN001, ANN202 - str | None, list[MeasuredRun] -> StackPreset
+    """--stack when given, else the one stack every run names, else the default."""
+    from planner.stacks import resolve_stack
+
+    if text:
+        return resolve_stack(text)
+    named = {r.stack for r in runs}
+    return resolve_stack(named.pop() if len(named) == 1 else None)
+
+
+def _with_stack(run, preset):  # noqa: ANN001, ANN202 - MeasuredRun, StackPreset -> MeasuredRun
+    """A run that names no stack (validate records without one) runs the --stack's recipe."""
+    from dataclasses import replace
+
+    from planner.stacks import DEFAULT_STACK
+
+    if run.stack != DEFAULT_STACK or preset.name == DEFAULT_STACK:
+        return run
+    return replace(run, job=preset.job(run.job), stack=preset.name)

@@ -16,7 +16,6 @@ import typer
 
 from planner.cli.launch import ConfigOpt, MaybeClusterOpt, MaybeModelOpt, inputs
 from planner.cli.options import (
-    AttentionChoice,
     AttentionOpt,
     CpOpt,
     CsvOpt,
@@ -24,7 +23,6 @@ from planner.cli.options import (
     EpOpt,
     GlobalBatchOpt,
     GpuHourPriceOpt,
-    GradDtypeChoice,
     GradDtypeOpt,
     JsonOpt,
     MbsOpt,
@@ -40,6 +38,7 @@ from planner.cli.options import (
     RefLrOpt,
     SeqLenOpt,
     SpOpt,
+    StackOpt,
     StorageOpt,
     TpOpt,
     TpOverlapOpt,
@@ -84,10 +83,11 @@ def estimate_cmd(
     recompute: RecomputeOpt = None,
     sp: SpOpt = None,
     precision: PrecisionOpt = PrecisionChoice.bf16,
-    attention: AttentionOpt = AttentionChoice.flash,
-    grad_dtype: GradDtypeOpt = GradDtypeChoice.auto,
-    tp_comm_overlap: TpOverlapOpt = False,
-    p2p_overlap: P2pOverlapOpt = True,
+    attention: AttentionOpt = None,
+    grad_dtype: GradDtypeOpt = None,
+    tp_comm_overlap: TpOverlapOpt = None,
+    p2p_overlap: P2pOverlapOpt = None,
+    stack: StackOpt = None,
     seq_len: SeqLenOpt = None,
     global_batch: GlobalBatchOpt = None,
     profile: ProfileOpt = None,
@@ -104,22 +104,27 @@ def estimate_cmd(
     """Predict one layout (help text: ESTIMATE_HELP)."""
     from planner.costmodel import estimate
     from planner.plan import Plan
+    from planner.stacks import resolve_stack
 
+    preset = resolve_stack(stack)
     recipe = dict(precision=precision, attention=attention, grad_dtype=grad_dtype,
                   tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap)
     flags = layout_pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero,
                         recompute=recompute, sp=sp)
     # with --config, its layout; the flags typed override it
     model_spec, cluster_spec, job, pins, _ = inputs(ctx, config, model, cluster, profile,
-                                                    seq_len, global_batch, recipe, flags)
+                                                    seq_len, global_batch, recipe, flags, stack)
     tp, pp, dp, cp, ep, vpp, mbs, zero, recompute, sp = (pins.get(k) for k in (
         "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp"))
     if tp is None or pp is None:
         raise LayoutError("estimate needs --tp and --pp (use `planner solve` to search them)")
     run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
     check_lr_options(ref_lr, ref_batch)
+    fixed = preset.layout_defaults  # what the stack cannot change, where the user did not say
     layout = default_layout(cluster_spec.num_gpus, str(cluster_spec), tp=tp, pp=pp, dp=dp, cp=cp,
-                            ep=ep, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp)
+                            ep=ep, vpp=vpp if vpp is not None else fixed.get("vpp"), mbs=mbs,
+                            zero=zero if zero is not None else fixed.get("zero"),
+                            recompute=recompute, sp=sp if sp is not None else fixed.get("sp"))
     plan = Plan(layout=layout, estimate=estimate(model_spec, cluster_spec, job, layout))
     plan = with_runs([plan], model_spec, cluster_spec, run_in)[0]
     from planner import report
@@ -134,7 +139,7 @@ def estimate_cmd(
     console = Console()
     console.print(
         f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), "
-        f"{report.job_label(cluster_spec.gpu, job)}"
+        f"{report.job_label(cluster_spec.gpu, job)}" + (f", stack {preset.name}" if stack else "")
     )
     report.print_estimate(plan, console)
     report.print_run_notes(plan, run_in, ref_lr, ref_batch, console)

@@ -51,9 +51,11 @@ def given(ctx: typer.Context, names: tuple[str, ...]) -> set[str]:
 
 def inputs(ctx: typer.Context, config: Path | None, model: str | None, cluster: str | None,
            profile: Path | None, seq_len: int | None, global_batch: int | None,
-           recipe: dict[str, Any], pins: dict[str, Any]):
+           recipe: dict[str, Any], pins: dict[str, Any], stack: str | None = None):
     """(model, cluster, job, pins, resolved-or-None): from the flags alone, or from --config with
-    the flags that were typed overriding it."""
+    the flags that were typed overriding it. `stack` (--stack; with --config default the config's
+    framework) sets the recipe the config and the typed flags do not, and its efficiency factors
+    on the GPU profile (planner.stacks)."""
     from planner.errors import SpecError
 
     unwrap = {k: (v.value if isinstance(v, Enum) else v) for k, v in recipe.items()}
@@ -61,7 +63,8 @@ def inputs(ctx: typer.Context, config: Path | None, model: str | None, cluster: 
         if model is None or cluster is None:
             raise SpecError("give --model and --cluster (or --config with a launcher config)")
         model_spec, cluster_spec, job = load_inputs(
-            model, cluster, profile, seq_len, global_batch, *(recipe[k] for k in RECIPE_OPTIONS))
+            model, cluster, profile, seq_len, global_batch, *(recipe[k] for k in RECIPE_OPTIONS),
+            stack=stack)
         return model_spec, cluster_spec, job, pins, None
     from planner.launchers import read_config, resolve
     from planner.registry import load_gpu
@@ -74,7 +77,16 @@ def inputs(ctx: typer.Context, config: Path | None, model: str | None, cluster: 
     resolved = resolve(imported, model, cluster, gpu, job_overrides, pins)
     for note in resolved.notes:
         print(f"note: {config}: {note}", file=sys.stderr)
-    return resolved.model, resolved.cluster, resolved.job, resolved.pins, resolved
+    from planner.stacks import resolve_stack
+
+    text = stack or imported.framework
+    preset = resolve_stack(text)
+    own = set(imported.job) | typed
+    fields = {k: v for k, v in preset.recipe_fields(text).items() if k not in own}
+    job = resolved.job.model_copy(update=fields) if fields else resolved.job
+    cluster_spec = resolved.cluster.model_copy(
+        update={"gpu": preset.profile_for(resolved.cluster.gpu)})
+    return resolved.model, cluster_spec, job, resolved.pins, resolved
 
 
 def write_export(launcher: LauncherChoice | str, model_spec, cluster_spec, job, plan,  # noqa: ANN001

@@ -79,35 +79,46 @@ ProfileOpt = Annotated[
     typer.Option("--profile", help="GPU profile YAML (from `planner profile` or `calibrate`)."),
 ]
 AttentionOpt = Annotated[
-    AttentionChoice,
+    AttentionChoice | None,
     typer.Option(
         "--attention",
         help="Attention kernel: flash (FlashAttention-2 class), cudnn (Transformer Engine's cuDNN "
-        "fused attention, FlashAttention-3 class on Hopper+) or unfused (2021-22 stacks).",
+        "fused attention, FlashAttention-3 class on Hopper+) or unfused (2021-22 stacks). "
+        "Default: the --stack's (flash for Megatron-Core).",
     ),
 ]
 GradDtypeOpt = Annotated[
-    GradDtypeChoice,
+    GradDtypeChoice | None,
     typer.Option(
         "--grad-dtype",
         help="Gradient recipe: auto (Megatron fp32 main grads at ZeRO 0/1), half (DeepSpeed "
-        "ZeRO-1/2), fp32, half+fp32 (DeepSpeed BF16_Optimizer).",
+        "ZeRO-1/2), fp32, half+fp32 (DeepSpeed BF16_Optimizer). Default: the --stack's.",
     ),
 ]
 TpOverlapOpt = Annotated[
-    bool,
+    bool | None,
     typer.Option(
         "--tp-comm-overlap/--no-tp-comm-overlap",
         help="TP/SP collectives overlap their GEMMs (Megatron-Core tp_comm_overlap with "
-        "Transformer Engine userbuffers, as NeMo / Megatron-Bridge run; needs sp).",
+        "Transformer Engine userbuffers, as NeMo / Megatron-Bridge run; needs sp). Default: "
+        "the --stack's (off for Megatron-Core).",
     ),
 ]
 P2pOverlapOpt = Annotated[
-    bool,
+    bool | None,
     typer.Option(
         "--p2p-overlap/--no-p2p-overlap",
         help="Interleaved 1F1B overlaps pipeline sends with compute (Megatron-Core "
-        "overlap_p2p_comm).",
+        "overlap_p2p_comm). Default: the --stack's (on for Megatron-Core).",
+    ),
+]
+StackOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--stack",
+        help="Software stack: a preset name (planner stacks) or a framework description such as "
+        "'NeMo 24.07 (Megatron-Core)' or 'DeepSpeed ZeRO-3'. Sets the job recipe, the layout "
+        "knobs the software fixes and its efficiency factors. Default: megatron-core.",
     ),
 ]
 CsvOpt = Annotated[Path | None, typer.Option("--csv", help="Write the plan(s) as CSV here.")]
@@ -126,26 +137,33 @@ def layout_pins(**values: Any) -> dict[str, Any]:
 
 def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | None,
                 global_batch: int | None, precision: PrecisionChoice,
-                attention: AttentionChoice = AttentionChoice.flash,
-                grad_dtype: GradDtypeChoice = GradDtypeChoice.auto,
-                tp_comm_overlap: bool = False, p2p_overlap: bool = True):
-    """Resolve --model/--cluster/--profile/--seq-len/--global-batch/--precision (and the job
-    recipe: --attention, --grad-dtype, --tp-comm-overlap, --p2p-overlap) to specs."""
+                attention: AttentionChoice | None = None,
+                grad_dtype: GradDtypeChoice | None = None,
+                tp_comm_overlap: bool | None = None, p2p_overlap: bool | None = None,
+                stack: Any = None):
+    """Resolve --model/--cluster/--profile/--seq-len/--global-batch/--precision and the job
+    recipe to specs. `stack` (a StackPreset, a name or free text; None = megatron-core) sets the
+    recipe and its efficiency factors on the GPU profile; --attention, --grad-dtype,
+    --tp-comm-overlap and --p2p-overlap, where given, override its recipe."""
     from planner.registry import load_gpu, load_model, parse_cluster
     from planner.specs import JobSpec
+    from planner.stacks import StackPreset, resolve_stack
 
+    preset = stack if isinstance(stack, StackPreset) else resolve_stack(stack)
     model_spec = load_model(model)
     gpu = load_gpu(str(profile)) if profile is not None else None
     cluster_spec = parse_cluster(cluster, profile=gpu)
-    job = JobSpec(
+    cluster_spec = cluster_spec.model_copy(
+        update={"gpu": preset.profile_for(cluster_spec.gpu)})
+    job = preset.job(JobSpec(
         seq_len=seq_len or model_spec.seq_len,
         global_batch=global_batch or model_spec.global_batch,
         precision=precision.value,
-        attention=attention.value,
-        grad_dtype=grad_dtype.value,
-        tp_comm_overlap=tp_comm_overlap,
-        p2p_overlap=p2p_overlap,
-    )
+    ), stack if isinstance(stack, str) else "")
+    given = layout_pins(attention=attention, grad_dtype=grad_dtype,
+                        tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap)
+    if given:
+        job = job.model_copy(update=given)
     return model_spec, cluster_spec, job
 
 
@@ -218,3 +236,11 @@ def check_lr_options(ref_lr: float | None, ref_batch: float | None) -> None:
 
     if (ref_lr is None) != (ref_batch is None):
         raise SpecError("--ref-lr and --ref-batch go together (the LR tuned at that batch)")
+
+
+def stack_pins(stack: Any, pins: dict[str, Any]) -> dict[str, Any]:
+    """The user's pins plus the layout knobs the stack fixes (the user's win)."""
+    from planner.stacks import StackPreset, resolve_stack
+
+    preset = stack if isinstance(stack, StackPreset) else resolve_stack(stack)
+    return {**preset.layout_defaults, **pins}

@@ -28,7 +28,6 @@ from planner.cli.launch import (
     write_export,
 )
 from planner.cli.options import (
-    AttentionChoice,
     AttentionOpt,
     CpOpt,
     CsvOpt,
@@ -36,7 +35,6 @@ from planner.cli.options import (
     EpOpt,
     GlobalBatchOpt,
     GpuHourPriceOpt,
-    GradDtypeChoice,
     GradDtypeOpt,
     JsonOpt,
     MbsOpt,
@@ -52,6 +50,7 @@ from planner.cli.options import (
     RefLrOpt,
     SeqLenOpt,
     SpOpt,
+    StackOpt,
     StorageOpt,
     TpOpt,
     TpOverlapOpt,
@@ -61,6 +60,7 @@ from planner.cli.options import (
     check_lr_options,
     layout_pins,
     run_inputs,
+    stack_pins,
     with_runs,
 )
 from planner.cli.typer_app import app
@@ -101,10 +101,11 @@ def solve_cmd(
     recompute: RecomputeOpt = None,
     sp: SpOpt = None,
     precision: PrecisionOpt = PrecisionChoice.bf16,
-    attention: AttentionOpt = AttentionChoice.flash,
-    grad_dtype: GradDtypeOpt = GradDtypeChoice.auto,
-    tp_comm_overlap: TpOverlapOpt = False,
-    p2p_overlap: P2pOverlapOpt = True,
+    attention: AttentionOpt = None,
+    grad_dtype: GradDtypeOpt = None,
+    tp_comm_overlap: TpOverlapOpt = None,
+    p2p_overlap: P2pOverlapOpt = None,
+    stack: StackOpt = None,
     seq_len: SeqLenOpt = None,
     global_batch: GlobalBatchOpt = None,
     profile: ProfileOpt = None,
@@ -126,10 +127,12 @@ def solve_cmd(
 ) -> None:
     """Search the layouts (CP-SAT) and print the best that fit, ranked by predicted step time."""
     from planner.search import solve
+    from planner.stacks import resolve_stack
 
-    pins = layout_pins(
+    preset = resolve_stack(stack)
+    pins = stack_pins(preset, layout_pins(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp
-    )
+    ))
     if out is not None and export is None:
         from planner.errors import SpecError
 
@@ -138,7 +141,7 @@ def solve_cmd(
                   tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap)
     # with --config, the config's layout is the one to compare; only typed flags are pinned
     model_spec, cluster_spec, job, current_pins, resolved = inputs(
-        ctx, config, model, cluster, profile, seq_len, global_batch, recipe, pins)
+        ctx, config, model, cluster, profile, seq_len, global_batch, recipe, pins, stack)
     comparison = None
     run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
     check_lr_options(ref_lr, ref_batch)
@@ -147,7 +150,7 @@ def solve_cmd(
         from planner.calibrate import closed_loop
 
         loop = closed_loop(model_spec, cluster_spec, job, pins, calibrate, runs, top_k=top,
-                           profile_out=profile_out)
+                           profile_out=profile_out, stack=preset)
         plans = loop.plans_after
     elif resolved is not None:
         from planner.launchers.solve_config import compare_config
@@ -179,6 +182,7 @@ def solve_cmd(
     title = (
         f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), seq {job.seq_len}, "
         f"global batch {job.global_batch}, {report.job_label(cluster_spec.gpu, job)}"
+        + (f", stack {preset.name}" if stack else "")
         + (f"; pinned {pinned}" if pinned else "")
     )
     report.print_plans_table(plans, console, title=title)

@@ -31,6 +31,7 @@ from planner.cli.options import (
     RecomputeOpt,
     SeqLenOpt,
     SpOpt,
+    StackOpt,
     TpOpt,
     VppOpt,
     ZeroOpt,
@@ -67,6 +68,7 @@ def validate_cmd(
     steps: Annotated[int, typer.Option("--steps", min=1, help="Measured steps.")] = 5,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured steps first.")] = 2,
     profile: ProfileOpt = None,
+    stack: StackOpt = None,
     nproc: Annotated[int | None, typer.Option("--nproc", min=1, help="Processes per node "
                                               "(default: tp*pp*dp*cp / nnodes).")] = None,
     nnodes: Annotated[int, typer.Option("--nnodes", min=1, help="Nodes of the run.")] = 1,
@@ -92,6 +94,7 @@ def validate_cmd(
     from planner.layout import Layout
     from planner.registry import load_gpu, load_model
     from planner.specs import JobSpec
+    from planner.stacks import resolve_stack
     from planner.validate.config import ScaleDown, require_supported, scaled_spec
     from planner.validate.launch import execute, local_profile, prepare
 
@@ -106,14 +109,17 @@ def validate_cmd(
         recompute=recompute.value if recompute is not None else DEFAULT_RECOMPUTE,
         sp=(tp > 1) if sp is None else sp,
     )
-    job = JobSpec(seq_len=seq_len or spec.seq_len, global_batch=global_batch or spec.global_batch)
+    preset = resolve_stack(stack)  # the prediction's recipe and factors; the record names it
+    job = preset.job(JobSpec(seq_len=seq_len or spec.seq_len,
+                             global_batch=global_batch or spec.global_batch), stack or "")
     require_supported(spec, layout, job.global_batch, job.seq_len, backend)  # before torch
     gpu = load_gpu(str(profile)) if profile is not None else local_profile()
+    gpu = preset.profile_for(gpu) if gpu is not None else None
     launch = prepare(
         spec, layout, job, out=out, steps=steps, warmup=warmup, profile=gpu,
         profile_ref=str(profile) if profile is not None else (gpu.name if gpu else None),
         nproc=nproc, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint, backend=backend, seed=seed,
-        check=check, pp_schedule=pp_schedule, timeout_s=timeout,
+        check=check, pp_schedule=pp_schedule, timeout_s=timeout, extra={"stack": preset.name},
     )
     console = Console(stderr=True, soft_wrap=True)
     console.print(f"[bold]{spec.name}[/] {layout} on {launch.nnodes}x{launch.nproc_per_node} "

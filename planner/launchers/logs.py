@@ -312,9 +312,15 @@ def run_from_log(path: str | Path, gpu: GpuProfile, model: str | None = None):  
     imported.num_nodes = imported.gpus_per_node = None
     imported.num_gpus = world
     resolved = resolve(imported, model, cluster, gpu)
+    from planner.stacks import resolve_stack
+
+    stack = resolve_stack(imported.framework)  # the log's software: its recipe where unstated
+    fields = {k: v for k, v in stack.recipe_fields(imported.framework).items()
+              if k not in imported.job}
     return MeasuredRun(
         run_id=Path(path).name, source_id=f"log:{imported.framework or imported.launcher}",
-        model=resolved.model, cluster=resolved.cluster, job=resolved.job,
+        model=resolved.model, cluster=resolved.cluster,
+        job=resolved.job.model_copy(update=fields) if fields else resolved.job, stack=stack.name,
         pins=resolved.pins, measured_step_time_s=log.median_step_time_s,
         gpu_type=gpu.name, notes="; ".join(resolved.notes),
         extra={"framework": imported.framework, "steady_steps": len(log.step_times_s),

@@ -1,0 +1,378 @@
+"""Calibration from a few runs: fit only what the runs identify, pulled toward the stack preset.
+
+    from planner.calibrate.fewshot import few_shot_fit
+    fit = few_shot_fit(gpu, runs, stack=resolve_stack("nemo"))   # FewShotFit
+    fit.profile, fit.fitted, fit.kept ({knob: why it was not fitted}), fit.band(runs, layouts)
+
+1. Start from the stack's preset (its efficiency factors applied to the profile).
+2. Each candidate knob has a prior: centred on the preset's value, with a width taken from the
+   spread of the presets' fitted values (GEMM scale, layer-pass overhead) or, for knobs no preset
+   fits, a stated width (PRIOR_SD below).
+3. Rank the knobs by how much a one-sigma move changes these runs' predicted step times and how
+   independently of the knobs already chosen (pivoted Gram-Schmidt on the sensitivity matrix);
+   fit at most runs - 1 of them, and none whose independent effect is below MIN_EFFECT. Every knob
+   left at the preset gets its reason ("runs never crossed a node: inter-node bandwidth not
+   fitted").
+4. MAP fit of the chosen knobs (Gaussian prior, Gaussian model-error floor on log step time,
+   updated by the runs' own residuals), and a linearised joint posterior of every candidate: the
+   1-sigma band of a new layout is the noise floor plus that posterior's spread along the
+   layout's sensitivities (a knob the runs never moved keeps its prior width there).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from planner.calibrate.fit import (
+    FitResult,
+    Knob,
+    _cv_folds,
+    _with_provenance,
+    apply_values,
+    knobs_for,
+    predict_step_times,
+    resolve_layout,
+    stock_values,
+)
+from planner.errors import PlannerError
+from planner.layout import Layout
+from planner.runs import MeasuredRun
+from planner.specs import GpuProfile
+
+# The model's error floor on one run's log step time once a stack's own factors are fitted:
+# 1.4826 x the median absolute in-sample error the per-stack fits leave (docs/accuracy.md
+# "stack presets"); this default (0.05) is used only when no preset carries provenance.
+# FewShotPrior.from_presets() takes it from the presets.
+NOISE_SIGMA = 0.05
+# A knob is fitted only if a one-prior-sigma move changes these runs' log step times, after
+# removing what the knobs already chosen explain, by this much (RMS): 2%, well under the noise
+# floor, so a knob the runs barely see is not fitted to their noise.
+MIN_EFFECT = 0.02
+# Prior widths of the knobs no preset fits (1 sigma; log units for scales and efficiencies,
+# the knob's own unit for linear ones). Sources: NCCL busbw in training vs nccl-tests differs by
+# up to ~30% inside a node and more across fabrics (IB, RoCE, EFA; reference hardware-facts.md
+# section 3); attention kernels of one class differ by ~30% between versions (FlashAttention-2
+# paper, Fig. 4-6, against FA1 / xformers); DP overlap is anywhere from none to full.
+PRIOR_SD: dict[str, float] = {
+    "attention_efficiency": 0.3,
+    "fused_attention_efficiency": 0.3,
+    "intra_bw_scale": 0.3,
+    "inter_bw_scale": 0.5,
+    "dp_overlap": 0.3,
+    "hbm_efficiency": 0.15,
+}
+# floors on the preset-derived widths: with few presets the spread can come out tiny
+MIN_GEMM_LOG_SD = 0.1
+MIN_LAYER_OVERHEAD_SD_US = 300.0
+# The noise floor is a prior, not a certainty: the runs' own residuals update it (conjugate
+# scaled-inverse-chi-square; the floor counts as this many pseudo-runs), so runs that disagree
+# with each other beyond the floor (a loaded CPU, a noisy cluster) widen the band.
+NOISE_PSEUDO_RUNS = 2.0
+CANDIDATES = ("gemm_scale", "layer_overhead_us", "attention_efficiency",
+              "fused_attention_efficiency", "intra_bw_scale", "inter_bw_scale", "dp_overlap",
+              "hbm_efficiency")
+
+
+@dataclass(frozen=True)
+class FewShotPrior:
+    """Prior widths (1 sigma) per knob and the model's noise floor (log step time)."""
+
+    sd: dict[str, float]
+    noise: float = NOISE_SIGMA
+    source: str = "defaults"
+
+    @classmethod
+    def from_presets(cls, presets: Sequence[Any] | None = None,
+                     exclude_sources: Sequence[str] = ()) -> FewShotPrior:
+        """Widths of the GEMM scale (log) and layer-pass overhead (us) from the spread of the
+        presets' fitted values (presets fitted on `exclude_sources` left out), the noise floor
+        from their in-sample errors; PRIOR_SD for the rest."""
+        if presets is None:
+            from planner.stacks import builtin_stacks
+
+            presets = list(builtin_stacks().values())
+        fitted = [p for p in presets if p.fitted
+                  and not set(p.provenance.fitted_on) & set(exclude_sources)]
+        sd = dict(PRIOR_SD)
+        logs = [math.log(p.factors.gemm_scale) for p in fitted] + [0.0]  # + the stock stacks
+        sd["gemm_scale"] = max(MIN_GEMM_LOG_SD, float(np.std(logs, ddof=1)) if len(logs) > 1
+                               else MIN_GEMM_LOG_SD)
+        over = [p.factors.layer_overhead_us for p in fitted
+                if p.factors.layer_overhead_us is not None]
+        sd["layer_overhead_us"] = max(MIN_LAYER_OVERHEAD_SD_US,
+                                      float(np.std(over, ddof=1)) if len(over) > 1 else 0.0)
+        # the floor is what a stack's factors fitted on its own runs leave on those runs (the
+        # structure the knobs cannot absorb); the uncertainty of the factors themselves is the
+        # posterior's, not the floor's
+        errs = [p.provenance.in_sample.median for p in fitted if p.provenance.in_sample]
+        noise = max(0.02, 1.4826 * float(np.median(errs))) if errs else NOISE_SIGMA
+        names = ", ".join(p.name for p in fitted) or "none"
+        return cls(sd, noise, f"spread of the fitted presets ({names})")
+
+
+def _space_log(knob: Knob) -> bool:
+    """Knobs whose prior is in log space (scales, efficiencies); the layer overhead and the DP
+    overlap are linear (their stock value can be 0)."""
+    return knob.name not in ("layer_overhead_us", "dp_overlap", "step_overhead_s")
+
+
+@dataclass
+class FewShotFit(FitResult):
+    """A FitResult with the knobs kept at the preset (and why), the posterior and the prior."""
+
+    kept: dict[str, str] = field(default_factory=dict)
+    ranking: list[tuple[str, float]] = field(default_factory=list)
+    prior: FewShotPrior | None = None
+    stack: str = ""
+    theta0: dict[str, float] = field(default_factory=dict)
+    theta: dict[str, float] = field(default_factory=dict)
+    cov: np.ndarray | None = None
+    noise: float = NOISE_SIGMA
+
+    def band(self, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
+             predict: Any = predict_step_times) -> tuple[np.ndarray, np.ndarray]:
+        """(predicted step time s, 1-sigma relative band) of each run's layout on the fitted
+        profile: the noise floor plus the spread of every candidate knob under the joint
+        (linearised) posterior: a knob the runs pin has little, a knob they never moved keeps
+        its prior width, and a kept knob collinear with a fitted one is as constrained as the
+        combination the runs measured."""
+        assert self.prior is not None
+        knobs = _candidate_knobs(self.base, self.prior)
+        pred = predict(self.profile, runs, layouts)
+        grads = _gradients(self.base, knobs, self.theta, runs, layouts, predict, pred,
+                           self.prior)
+        var = np.full(len(runs), self.noise ** 2)
+        if self.cov is not None:
+            var += np.einsum("ij,jk,ik->i", grads, self.cov, grads)
+        return pred, np.sqrt(var)
+
+
+def _candidate_knobs(profile: GpuProfile, prior: FewShotPrior) -> list[Knob]:
+    own = {k.name: k for k in knobs_for(profile)}
+    return [own[n] for n in CANDIDATES if n in own and n in prior.sd]
+
+
+def _to_theta(knob: Knob, value: float) -> float:
+    value = min(max(value, knob.lo), knob.hi)
+    return math.log(max(value, 1e-12)) if _space_log(knob) else value
+
+
+def _from_theta(knob: Knob, theta: float) -> float:
+    value = math.exp(theta) if _space_log(knob) else theta
+    return min(max(value, knob.lo), knob.hi)
+
+
+def _theta_bounds(knob: Knob) -> tuple[float, float]:
+    if _space_log(knob):
+        return math.log(knob.lo), math.log(knob.hi)
+    lo = 0.0 if knob.name == "layer_overhead_us" else knob.lo  # linear: 0 = none
+    return lo, knob.hi
+
+
+def _values(knobs: Sequence[Knob], theta: dict[str, float]) -> dict[str, float]:
+    """Knob values of theta; the GEMM scale moves the BF16 and FP8 curves together (a stack's
+    kernels and fusions, as StackPreset.apply)."""
+    out = {k.name: _from_theta(k, theta[k.name]) for k in knobs if k.name in theta}
+    if "gemm_scale" in out:
+        out["fp8_gemm_scale"] = out["gemm_scale"]
+    return out
+
+
+def _gradients(base: GpuProfile, knobs: Sequence[Knob], theta: dict[str, float],
+               runs: Sequence[MeasuredRun], layouts: Sequence[Layout], predict: Any,
+               pred: np.ndarray, prior: FewShotPrior) -> np.ndarray:
+    """d log(step time) / d theta per run and knob (central differences of half a prior sigma,
+    one-sided at a bound)."""
+    out = np.zeros((len(runs), len(knobs)))
+    for j, knob in enumerate(knobs):
+        h = 0.5 * prior.sd[knob.name]
+        lo, hi = _theta_bounds(knob)
+        t = theta[knob.name]
+        up, down = min(hi, t + h), max(lo, t - h)
+        if up - down <= 0:
+            continue
+        vals_up = apply_values(base, _values(knobs, {**theta, knob.name: up}))
+        vals_dn = apply_values(base, _values(knobs, {**theta, knob.name: down}))
+        f_up = np.log(predict(vals_up, runs, layouts))
+        f_dn = np.log(predict(vals_dn, runs, layouts))
+        out[:, j] = (f_up - f_dn) / (up - down)
+    return out
+
+
+def _not_moved_reason(name: str, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
+                      effect: float) -> str:
+    """Why a knob that moves no run is not fitted, in the user's terms."""
+    if name == "inter_bw_scale" and all(r.cluster.num_nodes <= 1 for r in runs):
+        return "runs never crossed a node: inter-node bandwidth not fitted"
+    if name == "intra_bw_scale" and all(lay.tp * lay.cp * lay.dp * lay.ep <= 1
+                                        for lay in layouts):
+        return "runs moved no data between GPUs of a node: intra-node bandwidth not fitted"
+    if name == "dp_overlap" and all(lay.dp * lay.cp <= 1 for lay in layouts):
+        return "runs had no data parallelism: DP overlap not fitted"
+    if name in ("attention_efficiency", "fused_attention_efficiency"):
+        return (f"runs do not use this attention kernel or spend too little in it "
+                f"({effect:.1%} at one prior sigma): not fitted")
+    return (f"moves these runs' step times by {effect:.1%} at one prior sigma (< "
+            f"{MIN_EFFECT:.0%}): not identifiable from them")
+
+
+def rank_knobs(sens: np.ndarray, names: Sequence[str], budget: int,
+               ) -> tuple[list[int], dict[int, str], list[tuple[str, float]]]:
+    """Pivoted Gram-Schmidt on the sensitivity matrix (runs x knobs, log step time per prior
+    sigma): the knob with the largest RMS effect not explained by the knobs already chosen goes
+    next, until `budget` knobs or none left with MIN_EFFECT. Returns the chosen column indices,
+    a reason per column not chosen, and (name, independent RMS effect) in ranking order."""
+    n = sens.shape[0]
+    resid = sens.copy()
+    raw = np.sqrt((sens ** 2).sum(axis=0) / max(n, 1))
+    chosen: list[int] = []
+    why: dict[int, str] = {}
+    ranking: list[tuple[str, float]] = []
+    left = list(range(sens.shape[1]))
+    while left:
+        rms = {j: float(np.sqrt((resid[:, j] ** 2).sum() / max(n, 1))) for j in left}
+        j = max(left, key=lambda c: rms[c])
+        if rms[j] < MIN_EFFECT:
+            for c in left:
+                if raw[c] < MIN_EFFECT:
+                    why[c] = "raw"
+                else:
+                    near = max(chosen, key=lambda s: abs(float(sens[:, s] @ sens[:, c])))
+                    why[c] = (f"moves these runs like {names[near]} (collinear, "
+                              f"{rms[c]:.1%} independent effect): kept at the preset")
+            break
+        if len(chosen) >= budget:
+            for c in left:
+                why[c] = (f"{n} run(s) identify at most {budget} knob(s); ranked below "
+                          f"{', '.join(names[s] for s in chosen) or 'none'} "
+                          f"({rms[c]:.1%} independent effect)")
+            break
+        chosen.append(j)
+        ranking.append((names[j], rms[j]))
+        left.remove(j)
+        q = resid[:, j] / (np.linalg.norm(resid[:, j]) or 1.0)
+        for c in left:
+            resid[:, c] -= (q @ resid[:, c]) * q
+    return chosen, why, ranking
+
+
+def few_shot_fit(profile: GpuProfile, runs: Sequence[MeasuredRun], *, stack: Any = None,
+                 layouts: Sequence[Layout | None] | None = None,
+                 prior: FewShotPrior | None = None, max_knobs: int | None = None,
+                 cross_validate: bool = True, predict: Any = predict_step_times) -> FewShotFit:
+    """Fit `profile`, with `stack`'s factors applied first (a StackPreset; None = the profile as
+    it is), to the runs' measured step times: only the knobs the runs identify, never more than
+    runs - 1 (or `max_knobs`), MAP with the prior. OOM labels and runs without a layout are
+    left out with a note."""
+    from scipy.optimize import least_squares
+
+    prior = prior or FewShotPrior.from_presets()
+    base = stack.profile_for(profile) if stack is not None else profile
+    notes: list[str] = []
+    if layouts is None:
+        layouts = [None if r.oom else resolve_layout(r, base) for r in runs]
+    kept_runs = [(r, lay) for r, lay in zip(runs, layouts, strict=True)
+                 if not r.oom and lay is not None and r.measured_step_time_s]
+    if len(kept_runs) < len(runs):
+        notes.append(f"{len(runs) - len(kept_runs)} run(s) left out (OOM labels or no layout)")
+    if not kept_runs:
+        raise PlannerError("no run with a measured step time to calibrate on")
+    fit_runs = [r for r, _ in kept_runs]
+    fit_layouts = [lay for _, lay in kept_runs]
+    measured = np.array([r.measured_step_time_s for r in fit_runs], dtype=float)
+    knobs = _candidate_knobs(base, prior)
+    stock = stock_values(base)
+    theta0 = {k.name: _to_theta(k, stock[k.name]) for k in knobs}
+    pred_before = predict(base, fit_runs, fit_layouts)
+
+    values, theta, fitted, kept, ranking, cov, noise = _map_fit(
+        base, knobs, theta0, fit_runs, fit_layouts, measured, pred_before, prior,
+        max_knobs, predict, least_squares)
+    new = apply_values(base, values)
+    pred_after = predict(new, fit_runs, fit_layouts)
+    pred_cv, method = None, ""
+    if cross_validate and len(fit_runs) >= 3:
+        folds, method = _cv_folds(len(fit_runs), 40)
+        pred_cv = np.empty(len(fit_runs))
+        for held in folds:
+            train = np.setdiff1d(np.arange(len(fit_runs)), held)
+            tr_runs = [fit_runs[i] for i in train]
+            tr_lay = [fit_layouts[i] for i in train]
+            v, *_ = _map_fit(base, knobs, theta0, tr_runs, tr_lay, measured[train],
+                             pred_before[train], prior, max_knobs, predict, least_squares)
+            pred_cv[held] = predict(apply_values(base, v), [fit_runs[i] for i in held],
+                                    [fit_layouts[i] for i in held])
+    name = getattr(stack, "name", "")
+    result = FewShotFit(base, new, values, fitted, fit_runs, fit_layouts, measured, pred_before,
+                        pred_after, pred_cv, method, notes, kept=kept, ranking=ranking,
+                        prior=prior, stack=name, theta0=theta0, theta=theta, cov=cov,
+                        noise=noise)
+    _, sigma = result.band(fit_runs, fit_layouts, predict)
+    result.profile = _with_provenance(new, result)
+    provenance = dict(result.profile.provenance or {})
+    provenance.update({
+        "method": f"few-shot MAP: knobs ranked by independent effect, at most runs-1 fitted, "
+                  f"Gaussian prior ({prior.source}), noise floor {prior.noise:.3f} updated by "
+                  f"the residuals to {noise:.3f}",
+        "stack": name or None,
+        "kept": kept,
+    })
+    result.profile = result.profile.model_copy(update={
+        "provenance": provenance,
+        # the band of layouts like the calibration runs; FewShotFit.band() gives a new layout's
+        "step_time_rel_error": round(float(np.sqrt(np.mean(sigma ** 2))), 4),
+    })
+    return result
+
+
+def _map_fit(base, knobs, theta0, runs, layouts, measured, pred0, prior, max_knobs, predict,
+             least_squares):  # noqa: ANN001, ANN202 - internal
+    """Rank, choose and fit: (values, theta, fitted names, kept reasons, ranking, covariance)."""
+    names = [k.name for k in knobs]
+    grads = _gradients(base, knobs, theta0, runs, layouts, predict, pred0, prior)
+    sens = grads * np.array([prior.sd[n] for n in names])
+    budget = max(0, len(runs) - 1) if max_knobs is None else min(max_knobs, len(runs) - 1)
+    chosen, why, ranking = rank_knobs(sens, names, budget)
+    raw = np.sqrt((sens ** 2).mean(axis=0))
+    kept = {}
+    for j, reason in why.items():
+        kept[names[j]] = (_not_moved_reason(names[j], runs, layouts, float(raw[j]))
+                          if reason == "raw" else reason)
+    theta = dict(theta0)
+    if chosen:
+        act = [knobs[j] for j in chosen]
+        sd = np.array([prior.sd[k.name] for k in act])
+        mu = np.array([theta0[k.name] for k in act])
+        lo = np.array([_theta_bounds(k)[0] for k in act])
+        hi = np.array([_theta_bounds(k)[1] for k in act])
+        log_meas = np.log(measured)
+
+        def residuals(x: np.ndarray) -> np.ndarray:
+            trial = {k.name: float(v) for k, v in zip(act, x, strict=True)}
+            vals = _values(knobs, {**theta0, **trial})
+            pred = predict(apply_values(base, vals), runs, layouts)
+            return np.concatenate([(np.log(np.maximum(pred, 1e-12)) - log_meas) / prior.noise,
+                                   (x - mu) / sd])
+
+        x0 = np.clip(mu, lo + 1e-9, hi - 1e-9)
+        res = least_squares(residuals, x0, bounds=(lo, hi), x_scale=sd, diff_step=1e-3,
+                            max_nfev=100 * (len(act) + 1))
+        theta.update({k.name: float(v) for k, v in zip(act, res.x, strict=True)})
+        resid = res.fun[: len(runs)] * prior.noise  # log(pred / measured) after the fit
+    else:
+        resid = np.log(pred0 / measured)
+    dof = len(runs) - len(chosen)
+    noise = math.sqrt((float(resid @ resid) + NOISE_PSEUDO_RUNS * prior.noise ** 2)
+                      / (dof + NOISE_PSEUDO_RUNS))
+    noise = max(noise, prior.noise)  # fewer disagreements than the floor do not narrow it
+    # joint posterior of every candidate (knob order), linearised at the prior mean: the point
+    # estimate moves only the chosen knobs, the band accounts for all of them
+    sd_all = np.array([prior.sd[n] for n in names])
+    cov = np.linalg.inv(grads.T @ grads / noise ** 2 + np.diag(1.0 / sd_all ** 2))
+    values = _values(knobs, theta)
+    return values, theta, [names[j] for j in chosen], kept, ranking, cov, noise

@@ -1,0 +1,70 @@
+"""Fit a software stack's efficiency factors (StackFactors) on runs of that stack across GPUs.
+
+One GEMM scale and one host time per layer pass, shared by every GPU the runs used (each run
+predicted on its own GPU profile with the factors applied through StackPreset.apply, the path
+`--stack` takes). Robust least squares (soft-L1 at the same 5% log scale as planner.calibrate).
+benchmarks/accuracy.py --stacks fits the presets with it, split by source.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from planner.calibrate.fit import ROBUST_SCALE, predict_step_times
+from planner.layout import Layout
+from planner.runs import MeasuredRun
+
+GEMM_SCALE_BOUNDS = (0.3, 2.0)  # a stack 3x slower or 2x faster than the stock profiles' GEMMs
+LAYER_OVERHEAD_MAX_US = 2e4  # 20 ms per layer pass: beyond any host overhead in the table
+
+
+def predict_with(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
+                 ) -> np.ndarray:  # noqa: ANN001 - StackPreset
+    """Step time (s) of each run on its own GPU profile with the preset's factors applied."""
+    out = np.empty(len(runs))
+    by_gpu: dict[int, list[int]] = {}
+    for i, run in enumerate(runs):
+        by_gpu.setdefault(id(run.cluster.gpu), []).append(i)
+    for idx in by_gpu.values():
+        gpu = preset.apply(runs[idx[0]].cluster.gpu)
+        out[idx] = predict_step_times(gpu, [runs[i] for i in idx], [layouts[i] for i in idx])
+    return out
+
+
+def fit_stack_factors(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
+                      fit_overhead: bool = True):  # noqa: ANN001, ANN201 - StackPreset in and out
+    """The preset with its GEMM scale (and layer overhead) fitted to the runs' measured step
+    times; the runs' own GPU profiles are the base."""
+    from scipy.optimize import least_squares
+
+    from planner.stacks import StackFactors
+
+    measured = np.log(np.array([r.measured_step_time_s for r in runs], dtype=float))
+    lo = [math.log(GEMM_SCALE_BOUNDS[0])] + ([0.0] if fit_overhead else [])
+    hi = [math.log(GEMM_SCALE_BOUNDS[1])] + ([LAYER_OVERHEAD_MAX_US / 1e3] if fit_overhead
+                                             else [])
+
+    def with_x(x: np.ndarray):  # noqa: ANN202
+        factors = StackFactors(gemm_scale=math.exp(x[0]),
+                               layer_overhead_us=(1e3 * x[1]) if fit_overhead else None)
+        return preset.model_copy(update={"factors": factors})
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        return np.log(predict_with(with_x(x), runs, layouts)) - measured
+
+    best = None
+    for start in ([0.0, 0.0], [0.0, 1.0], [math.log(0.7), 0.5]):  # a few starts: flat spots
+        x0 = np.array(start[: len(lo)])
+        res = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1",
+                            f_scale=ROBUST_SCALE, diff_step=1e-3)
+        if best is None or res.cost < best.cost:
+            best = res
+    fitted = with_x(best.x)
+    factors = fitted.factors.model_copy(update={
+        "gemm_scale": round(fitted.factors.gemm_scale, 4),
+        "layer_overhead_us": None if fitted.factors.layer_overhead_us is None
+        else round(fitted.factors.layer_overhead_us, 1)})
+    return preset.model_copy(update={"factors": factors})

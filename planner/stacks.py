@@ -1,0 +1,251 @@
+"""Software stacks: which training software runs the job, as a first-class input.
+
+A preset (one YAML file per stack in software_stacks/, packaged as planner.software_stacks and
+validated by StackPreset) holds
+- how to recognise the stack in free text ("NeMo 24.07 (Megatron-Core)", "DeepSpeed ZeRO-3"):
+  regular expressions and a range of years, tried in the presets' priority order; one set of
+  rules serves `--stack TEXT` and the `stack` / `framework` column of a runs table;
+- its recipe: the JobSpec fields the software implies (attention kernel, gradient dtype, TP/PP/DP
+  overlap, memory extras) and the layout knobs it cannot change (e.g. no interleaving);
+- its efficiency factors on the GPU profiles (a GEMM scale and a host time per layer pass), each
+  with provenance: the published runs it was fitted on, their count, the error left in and out of
+  sample. A preset with no runs behind it keeps the stock factors and says so.
+
+    from planner.stacks import resolve_stack
+    stack = resolve_stack("NeMo 24.07 (Megatron-Core)")      # StackPreset 'nemo'
+    job = stack.job(job)                                      # recipe fields set
+    gpu = stack.apply(gpu)                                    # efficiency factors applied
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.errors import SpecError
+from planner.specs import GpuProfile, JobSpec
+
+DEFAULT_STACK = "megatron-core"  # what a job that names no stack runs (the stock profiles' stack)
+
+
+class StackRecipe(BaseModel):
+    """JobSpec fields the software implies; None = the JobSpec default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    attention: Literal["flash", "cudnn", "unfused"] | None = Field(
+        default=None, description="Attention kernel (JobSpec.attention).")
+    grad_dtype: Literal["auto", "half", "fp32", "half+fp32"] | None = Field(
+        default=None, description="Gradient bytes per parameter (JobSpec.grad_dtype).")
+    grad_overlap: bool | None = Field(
+        default=None, description="DP gradient reduction overlaps the backward.")
+    tp_comm_overlap: bool | None = Field(
+        default=None, description="TP/SP collectives overlap their GEMMs.")
+    p2p_overlap: bool | None = Field(
+        default=None, description="Interleaved 1F1B overlaps its pipeline sends.")
+    software: Literal["current", "deepspeed-2022"] | None = Field(
+        default=None, description="Runtime memory recipe (JobSpec.software).")
+
+    def job_fields(self) -> dict[str, Any]:
+        """The fields this recipe sets (the ones not None)."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class TextRule(BaseModel):
+    """A refinement of the recipe when the stack's text (or a table row's notes) says more."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pattern: str = Field(description="Regular expression, case-insensitive.")
+    where: Literal["text", "notes"] = Field(
+        default="text", description="Search the stack text or the row's notes.")
+    case_sensitive: bool = False
+    recipe: StackRecipe
+    why: str = Field(default="", description="The source of the rule.")
+
+
+class StackMatch(BaseModel):
+    """How free text names this stack: any pattern matches, and when `years` is set the latest
+    year written in the text (20xx) lies in it (text without a year matches only if
+    `without_year`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    patterns: list[str] = Field(description="Regular expressions, case-insensitive.")
+    years: tuple[int, int] | None = None
+    without_year: bool = True
+    priority: int = Field(description="Lower is tried first (specific stacks before general).")
+
+
+class StackFactors(BaseModel):
+    """Efficiency factors on a GPU profile. gemm_scale multiplies the BF16 and FP8 GEMM
+    efficiency curves (capped at 1 per point); layer_overhead_us replaces the profile's host time
+    per layer pass (None keeps the profile's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gemm_scale: float = Field(default=1.0, gt=0.05, le=5.0,
+                              description="Factor on the GEMM efficiency curves.")
+    layer_overhead_us: float | None = Field(
+        default=None, ge=0.0, le=1e5,
+        description="Host time per layer and micro-batch pass, us (None: the profile's).")
+
+
+class ErrorStats(BaseModel):
+    """Absolute relative step-time error (fractions) over `n` runs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    median: float
+    p90: float
+    n: int
+
+
+class StackProvenance(BaseModel):
+    """Where the factors come from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fitted_on: list[str] = Field(default_factory=list,
+                                 description="source_ids of planner/data/published_runs.csv.")
+    runs: int = Field(default=0, description="Timed runs of the fit.")
+    gpus: list[str] = Field(default_factory=list)
+    method: str = ""
+    in_sample: ErrorStats | None = None
+    out_of_sample: ErrorStats | None = None
+    out_of_sample_how: str = Field(
+        default="", description="Other sources of the stack, or within its one source.")
+    date: str = ""
+    note: str = ""
+
+
+class StackPreset(BaseModel):
+    """One software stack: recognition rules, recipe, efficiency factors, provenance."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    title: str = Field(description="What people call it.")
+    description: str = ""
+    aliases: list[str] = Field(default_factory=list)
+    match: StackMatch
+    recipe: StackRecipe = StackRecipe()
+    text_rules: list[TextRule] = Field(default_factory=list)
+    layout_defaults: dict[str, int | bool | str] = Field(
+        default_factory=dict,
+        description="Layout knobs the software fixes (pinned unless a run or the user says).")
+    factors: StackFactors = StackFactors()
+    provenance: StackProvenance = StackProvenance()
+    sources: dict[str, str] = Field(default_factory=dict, description="Source per recipe item.")
+
+    @property
+    def fitted(self) -> bool:
+        """Whether published runs stand behind the factors."""
+        return self.provenance.runs > 0
+
+    def matches(self, text: str) -> bool:
+        """Whether the free text names this stack (the rules above)."""
+        if not any(re.search(p, text, re.IGNORECASE) for p in self.match.patterns):
+            return False
+        if self.match.years is None:
+            return True
+        years = [int(y) for y in re.findall(r"\b(20\d\d)\b", text)]
+        if not years:
+            return self.match.without_year
+        lo, hi = self.match.years
+        return lo <= max(years) <= hi
+
+    def recipe_fields(self, text: str = "", notes: str = "") -> dict[str, Any]:
+        """JobSpec fields of this stack, refined by its text rules on `text` and `notes`."""
+        out = self.recipe.job_fields()
+        for rule in self.text_rules:
+            hay = notes if rule.where == "notes" else text
+            flags = 0 if rule.case_sensitive else re.IGNORECASE
+            if re.search(rule.pattern, hay, flags):
+                out.update(rule.recipe.job_fields())
+        return out
+
+    def job(self, job: JobSpec, text: str = "", notes: str = "") -> JobSpec:
+        """`job` with this stack's recipe."""
+        fields = self.recipe_fields(text, notes)
+        return job.model_copy(update=fields) if fields else job
+
+    def apply(self, profile: GpuProfile) -> GpuProfile:
+        """`profile` with this stack's efficiency factors (unchanged for stock factors)."""
+        f = self.factors
+        if f.gemm_scale == 1.0 and f.layer_overhead_us is None:
+            return profile
+        from planner.calibrate.fit import apply_values
+
+        values: dict[str, float] = {"gemm_scale": f.gemm_scale, "fp8_gemm_scale": f.gemm_scale}
+        if f.layer_overhead_us is not None:
+            values["layer_overhead_us"] = max(f.layer_overhead_us, 0.0)
+        out = apply_values(profile, values)
+        sources = dict(out.sources)
+        sources["software_stack"] = (
+            f"factors of stack '{self.name}' (software_stacks/{self.name}.yaml): gemm x"
+            f"{f.gemm_scale:.3g}" + ("" if f.layer_overhead_us is None else
+                                     f", layer pass {f.layer_overhead_us:.4g} us"))
+        return out.model_copy(update={"sources": sources})
+
+    def profile_for(self, profile: GpuProfile) -> GpuProfile:
+        """The profile to predict this stack with: the factors applied to a built-in or measured
+        profile, none to one `planner calibrate` fitted (its fit already holds them)."""
+        if profile.provenance and profile.provenance.get("calibrated_by"):
+            return profile
+        return self.apply(profile)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-able summary for `planner stacks --json`."""
+        return {
+            "name": self.name, "title": self.title, "aliases": list(self.aliases),
+            "recipe": self.recipe.job_fields(), "layout_defaults": dict(self.layout_defaults),
+            "factors": self.factors.model_dump(), "fitted": self.fitted,
+            "provenance": self.provenance.model_dump(),
+        }
+
+
+# ---- the presets ------------------------------------------------------------------------------
+
+@cache
+def builtin_stacks() -> dict[str, StackPreset]:
+    """The presets of software_stacks/*.yaml by name, in priority order."""
+    from planner.registry import _load_dir
+
+    presets = _load_dir("planner.software_stacks", StackPreset)
+    return dict(sorted(presets.items(), key=lambda kv: (kv[1].match.priority, kv[0])))
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[\s_./]+", "-", text.strip().lower())
+
+
+def stack_names() -> list[str]:
+    return list(builtin_stacks())
+
+
+def resolve_stack(text: str | None) -> StackPreset:
+    """The preset a name, alias or free-text framework description means. None or empty text
+    is the default stack (Megatron-Core, the stock profiles' software); text no rule recognises
+    is a SpecError listing the presets."""
+    stacks = builtin_stacks()
+    if text is None or not str(text).strip():
+        return stacks[DEFAULT_STACK]
+    text = str(text)
+    key = _norm(text)
+    for preset in stacks.values():
+        if key == _norm(preset.name) or key in {_norm(a) for a in preset.aliases}:
+            return preset
+    for preset in stacks.values():
+        if preset.matches(text):
+            return preset
+    raise SpecError(f"unknown software stack '{text}'; presets: {', '.join(stacks)} "
+                    "(or a framework description naming one of them, see `planner stacks`)")
+
+
+def recipe_of(framework: str, notes: str = "") -> dict[str, Any]:
+    """JobSpec recipe fields a framework text implies (resolve_stack + its recipe rules)."""
+    return resolve_stack(framework).recipe_fields(framework, notes)
