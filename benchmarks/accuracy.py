@@ -92,7 +92,9 @@ class Predictor:
 
         self.solves += 1
         try:
-            plans = solve(run.model, cluster, run.job, dict(run.pins), top_k=1)
+            # published runs used their framework's even split (the even rule encodes it)
+            plans = solve(run.model, cluster, run.job, dict(run.pins), top_k=1,
+                          even_stages=True)
         except InfeasibleError:
             return None
         if not plans:

@@ -39,6 +39,13 @@ class Layout:
     zero: int = 0  # 0..3: ZeRO stage / FSDP sharding over DP
     recompute: Recompute = "none"
     sp: bool = False  # sequence parallelism alongside TP
+    # layers per pipeline stage, first to last; () = the even rule (costmodel.pipeline.
+    # stage_layer_counts: floor/ceil, the extra layers to the inner stages first)
+    stage_layers: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stage_layers, tuple):  # a list read back from JSON
+            object.__setattr__(self, "stage_layers", tuple(int(n) for n in self.stage_layers))
 
     @property
     def num_gpus(self) -> int:
@@ -59,10 +66,38 @@ class Layout:
         parts += [f"mbs{self.mbs}", f"z{self.zero}", RECOMPUTE_CODES[self.recompute]]
         if self.sp:
             parts.append("sp")
+        if self.stage_layers and not self.even_split:
+            parts.append("L" + format_stage_layers(self.stage_layers))
         return "-".join(parts)
 
+    @property
+    def even_split(self) -> bool:
+        """Whether the stages hold what the even rule gives them (always for ())."""
+        if not self.stage_layers:
+            return True
+        from planner.costmodel.pipeline import stage_counts
+
+        return list(self.stage_layers) == stage_counts(sum(self.stage_layers), self.pp, self.vpp)
+
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out["stage_layers"] = list(self.stage_layers)
+        return out
+
+
+def format_stage_layers(counts: tuple[int, ...] | list[int]) -> str:
+    """Layers per stage, compact and readable: runs of one count as NxC, stages joined by ','
+    (7,8x14,7 for Llama 3 405B on 16 stages)."""
+    parts: list[str] = []
+    i = 0
+    while i < len(counts):
+        j = i
+        while j < len(counts) and counts[j] == counts[i]:
+            j += 1
+        run = j - i
+        parts.append(f"{counts[i]}x{run}" if run > 2 else ",".join([str(counts[i])] * run))
+        i = j
+    return ",".join(parts)
 
 
 def rank_coords(rank: int, layout: Layout) -> dict[str, int]:

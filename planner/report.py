@@ -65,8 +65,13 @@ def plans_frame(plans: Sequence[Plan]) -> pd.DataFrame:
 
 
 def plans_csv(plans: Sequence[Plan]) -> str:
-    """CSV text of the plans (header = the plan columns)."""
-    return plans_frame(plans).to_csv(index=False)
+    """CSV text of the plans (header = the plan columns); stage_layers as '7,8,...,8,7' (the
+    --stage-layers form)."""
+    frame = plans_frame(plans)
+    if "stage_layers" in frame.columns:
+        frame["stage_layers"] = [",".join(str(n) for n in v) if isinstance(v, list) else v
+                                 for v in frame["stage_layers"]]
+    return frame.to_csv(index=False)
 
 
 def write_plans_csv(plans: Sequence[Plan], path: str | Path) -> None:
@@ -183,6 +188,12 @@ def print_estimate(plan: Plan, console: Console) -> None:
     console.print(m)
     console.print(f"most loaded GPU: pipeline stage {e.peak_stage}, holding activations of "
                   f"{e.in_flight:g} micro-batches")
+    if plan.layout.pp > 1 and plan.layout.stage_layers:
+        from planner.layout import format_stage_layers
+
+        rule = "even rule" if plan.layout.even_split else "uneven"
+        console.print(f"layers per stage ({rule}): "
+                      f"{format_stage_layers(plan.layout.stage_layers)}")
     console.print(
         f"throughput {e.tokens_per_s:,.0f} tokens/s ({e.tokens_per_s_per_gpu:,.0f} per GPU), "
         f"model {e.model_tflops_per_gpu:.1f} TFLOP/s/GPU (MFU {e.mfu:.1%}), "

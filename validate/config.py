@@ -130,6 +130,9 @@ def check_supported(model: ModelSpec, layout: Layout, global_batch: int, seq_len
         out.append(f"sequence parallelism needs tp={layout.tp} to divide the {seq_len // layout.cp}"
                    " tokens per sequence on a rank")
     stages = layout.pp * layout.vpp
+    from planner.costmodel.checks import stage_layers_violations
+
+    out += stage_layers_violations(model.num_hidden_layers, layout)
     if stages > model.num_hidden_layers:
         out.append(f"pp*vpp={stages} stages need at least as many layers "
                    f"({model.num_hidden_layers})")

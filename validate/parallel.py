@@ -58,12 +58,19 @@ def build_mesh(layout: Layout, device_type: str) -> DeviceMesh:
     return init_device_mesh(device_type, shape, mesh_dim_names=MESH_DIM_NAMES)
 
 
-def stage_layer_ranges(num_layers: int, num_stages: int) -> list[range]:
-    """Layers of each pipeline stage: as even as possible, earlier stages take the remainder."""
-    base, extra = divmod(num_layers, num_stages)
+def stage_layer_ranges(num_layers: int, num_stages: int,
+                       counts: Sequence[int] = ()) -> list[range]:
+    """Layers of each pipeline stage (model chunk with vpp > 1), contiguous: the layout's
+    explicit layers per stage (`counts`, vpp 1), else the cost model's even rule
+    (costmodel.pipeline.stage_layer_counts), so the run holds the layers the estimate assumed."""
+    from planner.costmodel.pipeline import stage_layer_counts
+
+    sizes = list(counts) if counts else stage_layer_counts(num_layers, num_stages)
+    if len(sizes) != num_stages or sum(sizes) != num_layers:
+        raise ValueError(f"{sizes} layers per stage do not split {num_layers} layers "
+                         f"into {num_stages} stages")
     out, start = [], 0
-    for s in range(num_stages):
-        n = base + (1 if s < extra else 0)
+    for n in sizes:
         out.append(range(start, start + n))
         start += n
     return out

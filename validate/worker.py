@@ -120,7 +120,7 @@ class Trainer:
         coords = self.mesh.get_coordinate()
         self.pp_rank, self.dp_rank = coords[0], coords[1]
         num_stages = layout.pp * layout.vpp
-        ranges = stage_layer_ranges(full.args.num_layers, num_stages)
+        ranges = stage_layer_ranges(full.args.num_layers, num_stages, layout.stage_layers)
         self.stage_ids = local_stage_ids(layout, self.pp_rank)
         self.modules: list[Transformer] = []
         for sid in self.stage_ids:

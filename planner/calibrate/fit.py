@@ -187,7 +187,8 @@ def resolve_layout(run: MeasuredRun, profile: GpuProfile | None = None) -> Layou
 
     cluster = run.cluster if profile is None else run.cluster.model_copy(update={"gpu": profile})
     try:
-        plans = solve(run.model, cluster, run.job, dict(run.pins), top_k=1)
+        # published runs used their framework's even split (the even rule encodes it)
+        plans = solve(run.model, cluster, run.job, dict(run.pins), top_k=1, even_stages=True)
     except InfeasibleError:
         return None
     return plans[0].layout if plans else None

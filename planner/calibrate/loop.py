@@ -80,7 +80,8 @@ def closed_loop(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
         raise PlannerError("--calibrate N needs N >= 1 plans to validate")
     runs_path = Path(runs_path)
     validate_run = validate_run or default_validate_run()
-    plans_before = solve(model, cluster, job, pins, top_k=max(top_k, n))
+    # even splits: the run records carry the degrees, not the layers per stage
+    plans_before = solve(model, cluster, job, pins, top_k=max(top_k, n), even_stages=True)
     already = _count_lines(runs_path)
     validated = [plan.layout for plan in plans_before[:n]]
     for layout in validated:
@@ -100,7 +101,7 @@ def closed_loop(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
         fit = calibrate(cluster.gpu, runs, layouts=[r.layout for r in runs],
                         cross_validate=len(runs) >= 3)
     fitted_cluster = cluster.model_copy(update={"gpu": fit.profile})
-    plans_after = solve(model, fitted_cluster, job, pins, top_k=top_k)
+    plans_after = solve(model, fitted_cluster, job, pins, top_k=top_k, even_stages=True)
     path = None
     if profile_out is not None:
         from planner.io import write_text_atomic

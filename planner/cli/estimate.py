@@ -12,6 +12,8 @@ not multiply to the GPU count or do not divide heads, layers or the batch exit 2
 
 from __future__ import annotations
 
+import dataclasses
+
 import typer
 
 from planner.cli.launch import ConfigOpt, MaybeClusterOpt, MaybeModelOpt, inputs
@@ -39,6 +41,7 @@ from planner.cli.options import (
     SeqLenOpt,
     SpOpt,
     StackOpt,
+    StageLayersOpt,
     StorageOpt,
     TpOpt,
     TpOverlapOpt,
@@ -47,6 +50,7 @@ from planner.cli.options import (
     ZeroOpt,
     check_lr_options,
     layout_pins,
+    parse_stage_layers,
     run_inputs,
     with_runs,
 )
@@ -91,6 +95,7 @@ def estimate_cmd(
     seq_len: SeqLenOpt = None,
     global_batch: GlobalBatchOpt = None,
     profile: ProfileOpt = None,
+    stage_layers: StageLayersOpt = None,
     csv: CsvOpt = None,
     as_json: JsonOpt = False,
     train_tokens: TrainTokensOpt = None,
@@ -104,6 +109,7 @@ def estimate_cmd(
     """Predict one layout (help text: ESTIMATE_HELP)."""
     from planner.costmodel import estimate
     from planner.plan import Plan
+    from planner.search import with_stage_layers
     from planner.stacks import resolve_stack
 
     preset = resolve_stack(stack)
@@ -116,6 +122,9 @@ def estimate_cmd(
                                                     seq_len, global_batch, recipe, flags, stack)
     tp, pp, dp, cp, ep, vpp, mbs, zero, recompute, sp = (pins.get(k) for k in (
         "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp"))
+    counts = parse_stage_layers(stage_layers)
+    if counts and pp is None:
+        pp = len(counts)
     if tp is None or pp is None:
         raise LayoutError("estimate needs --tp and --pp (use `planner solve` to search them)")
     run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
@@ -125,7 +134,9 @@ def estimate_cmd(
                             ep=ep, vpp=vpp if vpp is not None else fixed.get("vpp"), mbs=mbs,
                             zero=zero if zero is not None else fixed.get("zero"),
                             recompute=recompute, sp=sp if sp is not None else fixed.get("sp"))
-    plan = Plan(layout=layout, estimate=estimate(model_spec, cluster_spec, job, layout))
+    layout = dataclasses.replace(layout, stage_layers=counts)
+    est = estimate(model_spec, cluster_spec, job, layout)
+    plan = Plan(layout=with_stage_layers(layout, model_spec.num_hidden_layers), estimate=est)
     plan = with_runs([plan], model_spec, cluster_spec, run_in)[0]
     from planner import report
 

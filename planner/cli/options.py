@@ -121,6 +121,16 @@ StackOpt = Annotated[
         "knobs the software fixes and its efficiency factors. Default: megatron-core.",
     ),
 ]
+StageLayersOpt = Annotated[
+    str | None,
+    typer.Option("--stage-layers", metavar="L1,L2,...",
+                 help="Layers per pipeline stage, first to last (pins pp; e.g. 7,8,...,8,7)."),
+]
+EvenStagesOpt = Annotated[
+    bool,
+    typer.Option("--even-stages", help="Keep the even rule's layers per stage (floor/ceil, the "
+                 "extra layers to the inner stages): no uneven split is searched."),
+]
 CsvOpt = Annotated[Path | None, typer.Option("--csv", help="Write the plan(s) as CSV here.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -133,6 +143,22 @@ def layout_pins(**values: Any) -> dict[str, Any]:
             continue
         out[key] = value.value if isinstance(value, Enum) else value
     return out
+
+
+def parse_stage_layers(text: str | None) -> tuple[int, ...]:
+    """--stage-layers '7,8,8,7' -> (7, 8, 8, 7); SpecError (exit 2) when malformed."""
+    if text is None:
+        return ()
+    from planner.errors import SpecError
+
+    parts = [p.strip() for p in text.split(",")]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise SpecError(f"--stage-layers '{text}': expected positive integers joined by commas "
+                        "(e.g. 7,8,8,7)")
+    counts = tuple(int(p) for p in parts)
+    if min(counts) < 1:
+        raise SpecError(f"--stage-layers '{text}': every stage needs at least one layer")
+    return counts
 
 
 def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | None,

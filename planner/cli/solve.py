@@ -33,6 +33,7 @@ from planner.cli.options import (
     CsvOpt,
     DpOpt,
     EpOpt,
+    EvenStagesOpt,
     GlobalBatchOpt,
     GpuHourPriceOpt,
     GradDtypeOpt,
@@ -51,6 +52,7 @@ from planner.cli.options import (
     SeqLenOpt,
     SpOpt,
     StackOpt,
+    StageLayersOpt,
     StorageOpt,
     TpOpt,
     TpOverlapOpt,
@@ -59,6 +61,7 @@ from planner.cli.options import (
     ZeroOpt,
     check_lr_options,
     layout_pins,
+    parse_stage_layers,
     run_inputs,
     stack_pins,
     with_runs,
@@ -109,6 +112,8 @@ def solve_cmd(
     seq_len: SeqLenOpt = None,
     global_batch: GlobalBatchOpt = None,
     profile: ProfileOpt = None,
+    stage_layers: StageLayersOpt = None,
+    even_stages: EvenStagesOpt = False,
     top: TopOpt = 10,
     csv: CsvOpt = None,
     as_json: JsonOpt = False,
@@ -158,7 +163,8 @@ def solve_cmd(
         plans, comparison = compare_config(model_spec, cluster_spec, job, pins, current_pins,
                                            top)
     else:
-        plans = solve(model_spec, cluster_spec, job, pins, top_k=top)
+        plans = solve(model_spec, cluster_spec, job, pins, top_k=top,
+                      stage_layers=parse_stage_layers(stage_layers), even_stages=even_stages)
     plans = with_runs(plans, model_spec, cluster_spec, run_in)
     from planner import report
 

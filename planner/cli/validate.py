@@ -32,9 +32,11 @@ from planner.cli.options import (
     SeqLenOpt,
     SpOpt,
     StackOpt,
+    StageLayersOpt,
     TpOpt,
     VppOpt,
     ZeroOpt,
+    parse_stage_layers,
 )
 from planner.cli.typer_app import app
 
@@ -59,6 +61,7 @@ def validate_cmd(
     sp: SpOpt = None,
     seq_len: SeqLenOpt = None,
     global_batch: GlobalBatchOpt = None,
+    stage_layers: StageLayersOpt = None,
     layers: _dim("--layers", "transformer layers") = None,
     hidden: _dim("--hidden", "hidden size") = None,
     heads: _dim("--heads", "attention heads") = None,
@@ -102,12 +105,14 @@ def validate_cmd(
         raise SpecError(f"unknown --pp-schedule '{pp_schedule}' (1f1b or gpipe)")
     spec = scaled_spec(load_model(model), ScaleDown(layers=layers, hidden=hidden, heads=heads,
                                                     kv_heads=kv_heads, ffn=ffn, vocab=vocab))
-    tp, pp, dp = tp or 1, pp or 1, dp or 1
+    counts = parse_stage_layers(stage_layers)
+    tp, pp, dp = tp or 1, pp or len(counts) or 1, dp or 1
     layout = Layout(
         tp=tp, pp=pp, dp=dp, cp=cp or 1, ep=ep or 1, vpp=vpp or 1, mbs=mbs or 1,
         zero=DEFAULT_ZERO if zero is None else zero,
         recompute=recompute.value if recompute is not None else DEFAULT_RECOMPUTE,
         sp=(tp > 1) if sp is None else sp,
+        stage_layers=counts,
     )
     preset = resolve_stack(stack)  # the prediction's recipe and factors; the record names it
     job = preset.job(JobSpec(seq_len=seq_len or spec.seq_len,

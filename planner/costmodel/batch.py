@@ -36,19 +36,18 @@ from planner.specs import GIB, ClusterSpec, JobSpec, ModelSpec
 RECOMPUTE_INDEX = {"none": 0, "selective": 1, "full": 2, "offload": 3}
 LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp")
 
-_STAGE_CACHE: dict[tuple[int, int, int], tuple[ModelSpec, pipeline.StageFeatures]] = {}
+_STAGE_CACHE: dict[tuple, tuple[ModelSpec, pipeline.StageFeatures]] = {}
 
 
-def _features(model: ModelSpec, pp: int, vpp: int, prune: bool = True) -> pipeline.StageFeatures:
-    if not prune:  # every stage (figures, explain): not cached, one layout at a time
-        return pipeline.stage_features(model, pp, vpp, prune=False)
-    key = (id(model), pp, vpp)
+def _features(model: ModelSpec, pp: int, vpp: int, counts: tuple[int, ...] = (),
+              prune: bool = True) -> pipeline.StageFeatures:
+    key = (id(model), pp, vpp, counts, prune)
     hit = _STAGE_CACHE.get(key)
     if hit is not None and hit[0] is model:
         return hit[1]
     if len(_STAGE_CACHE) > 4096:
         _STAGE_CACHE.clear()
-    feats = pipeline.stage_features(model, pp, vpp)
+    feats = pipeline.stage_features(model, pp, vpp, counts, prune)
     _STAGE_CACHE[key] = (model, feats)
     return feats
 
@@ -63,7 +62,10 @@ def layout_arrays(layouts: Sequence[Layout] | Mapping[str, Any]) -> dict[str, np
                 out["recompute"]
             )
         out["sp"] = out["sp"].astype(bool)
-        return {k: (v if k == "sp" else v.astype(np.int64)) for k, v in out.items()}
+        out = {k: (v if k == "sp" else v.astype(np.int64)) for k, v in out.items()}
+        if layouts.get("stage_layers") is not None:
+            out["stage_layers"] = _split_column(layouts["stage_layers"])
+        return out
     rows = np.array(
         [
             (
@@ -84,17 +86,37 @@ def layout_arrays(layouts: Sequence[Layout] | Mapping[str, Any]) -> dict[str, np
     ).reshape(-1, len(LAYOUT_FIELDS))
     out = {k: rows[:, i] for i, k in enumerate(LAYOUT_FIELDS)}
     out["sp"] = out["sp"].astype(bool)
+    if any(lo.stage_layers for lo in layouts):
+        out["stage_layers"] = _split_column([lo.stage_layers for lo in layouts])
     return out
 
 
+def _split_column(splits: Sequence[Sequence[int]]) -> np.ndarray:
+    """Per-layout layer counts per stage as an object array of tuples (() = the even rule)."""
+    col = np.empty(len(splits), dtype=object)
+    col[:] = [tuple(int(n) for n in s) for s in splits]
+    return col
+
+
 def _gather_stages(model: ModelSpec, pp: np.ndarray, vpp: np.ndarray,
-                   prune: bool = True) -> dict[str, np.ndarray]:
-    """(N, C) arrays of candidate-stage features, padded by repeating a layout's first candidate."""
-    code = pp.astype(np.int64) * 1024 + vpp.astype(np.int64)  # vpp < 1024 (checked: vpp | layers)
-    present = np.flatnonzero(np.bincount(code))
-    lookup = np.zeros(present[-1] + 1, dtype=np.int64)
-    lookup[present] = np.arange(len(present))
-    feats = [_features(model, int(c // 1024), int(c % 1024), prune) for c in present]
+                   splits: np.ndarray | None = None, prune: bool = True
+                   ) -> dict[str, np.ndarray]:
+    """(N, C) arrays of candidate-stage features, padded by repeating a layout's first candidate.
+    splits: per-layout explicit layer counts (object array of tuples, () = the even rule);
+    prune False: every stage, in order (figures, pools)."""
+    if splits is None:
+        code = pp.astype(np.int64) * 1024 + vpp.astype(np.int64)  # vpp < 1024 (vpp | layers)
+        present = np.flatnonzero(np.bincount(code))
+        lookup = np.zeros(present[-1] + 1, dtype=np.int64)
+        lookup[present] = np.arange(len(present))
+        feats = [_features(model, int(c // 1024), int(c % 1024), (), prune) for c in present]
+        which = lookup[code]
+    else:
+        groups: dict[tuple, int] = {}
+        which = np.array([groups.setdefault(key, len(groups))
+                          for key in zip(pp.tolist(), vpp.tolist(), splits.tolist(),
+                                         strict=True)], dtype=np.int64)
+        feats = [_features(model, p, v, c, prune) for p, v, c in groups]
     width = max(len(f.index) for f in feats)
     names = list(pipeline.StageFeatures.__dataclass_fields__)
     table = np.empty((len(names), len(feats), width))
@@ -103,7 +125,7 @@ def _gather_stages(model: ModelSpec, pp: np.ndarray, vpp: np.ndarray,
             col = getattr(f, name)
             table[i, g, : len(col)] = col
             table[i, g, len(col) :] = col[0]
-    stacked = np.take(table, lookup[code], axis=1)  # (F, N, C)
+    stacked = np.take(table, which, axis=1)  # (F, N, C)
     return {name: stacked[i] for i, name in enumerate(names)}
 
 
@@ -126,7 +148,8 @@ def estimate_batch(
     lo = layout_arrays(layouts)
     if len(lo["tp"]) == 0:  # the columns, with no rows
         return {k: v[:0] for k, v in estimate_batch(model, cluster, job, [Layout()]).items()}
-    st = _gather_stages(model, lo["pp"], lo["vpp"], prune=not all_stages)  # (N, C) stages
+    st = _gather_stages(model, lo["pp"], lo["vpp"], lo.get("stage_layers"),
+                        prune=not all_stages)  # (N, C) stages
     x = _Knobs.of(lo, job)
     t = _stage_times(model, cluster, job, x, st)
     mem = _stage_memory(model, cluster, job, x, st, t)
@@ -348,3 +371,22 @@ class _Picker:
         if key not in self.flat:
             self.flat[key] = (self.rows * self.width + which, which)
         return np.take(np.ascontiguousarray(x).reshape(-1), self.flat[key][0])
+
+
+def stage_costs(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    layouts: Sequence[Layout] | Mapping[str, Any],
+    stages: pipeline.StageFeatures,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds per micro-batch, peak bytes on one GPU) of every given stage (rows of `stages`,
+    the same for every layout) under each layout, as (layouts, stages) arrays: the terms the
+    assembly takes the slowest and the most loaded of. The split search reads its tables here."""
+    lo = layout_arrays(layouts)
+    n = len(lo["tp"])
+    st = {name: np.broadcast_to(getattr(stages, name), (n, len(stages.index)))
+          for name in pipeline.StageFeatures.__dataclass_fields__}
+    x = _Knobs.of(lo, job)
+    t = _stage_times(model, cluster, job, x, st)
+    return t.total, _stage_memory(model, cluster, job, x, st, t).total

@@ -38,6 +38,25 @@ def interleave_batch_allowed(pp: int, vpp: int, grad_accum: int) -> bool:
     return vpp == 1 or grad_accum % pp == 0
 
 
+def stage_layers_violations(num_layers: int, layout: Layout) -> list[str]:
+    """Problems of explicit per-stage layer counts: one count per stage, each at least 1,
+    summing to the layers; uneven counts only with plain 1F1B (vpp 1: interleaved chunks are
+    split by the even rule)."""
+    counts = layout.stage_layers
+    if not counts:
+        return []
+    out = []
+    if len(counts) != layout.pp:
+        out.append(f"--stage-layers gives {len(counts)} stages but pp={layout.pp}")
+    if min(counts) < 1:
+        out.append("--stage-layers: every stage needs at least one layer")
+    if sum(counts) != num_layers:
+        out.append(f"--stage-layers sums to {sum(counts)} layers, the model has {num_layers}")
+    if not out and layout.vpp > 1 and not layout.even_split:
+        out.append("uneven --stage-layers needs vpp=1 (interleaved chunks follow the even rule)")
+    return out
+
+
 def layout_violations(
     model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout
 ) -> list[str]:
@@ -80,6 +99,7 @@ def layout_violations(
                 f"pp*vpp = {lo.pp * lo.vpp} model chunks divide neither the {L} layers nor "
                 f"the layers + 2 (embedding and loss each taking a chunk's slot)"
             )
+    out += stage_layers_violations(L, lo)
     per_step = lo.mbs * lo.dp
     if job.global_batch % per_step:
         out.append(

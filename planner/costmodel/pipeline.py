@@ -8,6 +8,7 @@ and in-flight counts; Megatron-LM `theoretical_memory_usage.py` and its interlea
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -65,44 +66,95 @@ def stage_layers(num_layers: int, pp: int, vpp: int) -> list[list[int]]:
     return stages
 
 
-def stage_features(model: ModelSpec, pp: int, vpp: int, prune: bool = True) -> StageFeatures:
-    """Candidate (non-dominated) stages of the (pp, vpp) split with their counts (every stage
-    when prune is False: the per-stage memory figure)."""
-    moe_flags = [model.is_moe_layer(i) for i in range(model.num_hidden_layers)]
+def split_layers(counts: Sequence[int]) -> list[list[int]]:
+    """Layer indices of each stage for explicit per-stage layer counts (contiguous, in order)."""
+    stages, start = [], 0
+    for n in counts:
+        stages.append(list(range(start, start + n)))
+        start += n
+    return stages
+
+
+def stage_counts(num_layers: int, pp: int, vpp: int = 1,
+                 counts: Sequence[int] = ()) -> list[int]:
+    """Layers per pipeline stage of a plan: the explicit counts, or the even rule's
+    (stage_layers; with vpp > 1 each stage's chunks together)."""
+    if counts:
+        return list(counts)
+    return [len(s) for s in stage_layers(num_layers, pp, vpp)]
+
+
+def _stage_row(model: ModelSpec, idx: int, pp: int, layers: Sequence[int]) -> tuple:
+    """(index, n_dense, n_moe, emb, head, p_dense, p_expert, max_layer_params,
+    max_layer_experts) of stage idx holding `layers` (StageFeatures' fields)."""
     expert_params = model.num_experts * model.mlp_params(model.expert_ffn) if model.is_moe else 0
-    rows = []
-    for idx, layers in enumerate(stage_layers(model.num_hidden_layers, pp, vpp)):
-        n_moe = sum(moe_flags[i] for i in layers)
-        n_dense = len(layers) - n_moe
-        emb = 1 if idx == 0 else 0
-        head = 1 if idx == pp - 1 else 0
-        p_dense = 0
-        max_layer = max_experts = 0
-        for i in layers:
-            lp = model.layer_params(i)
-            p_dense += lp - (expert_params if moe_flags[i] else 0)
-            max_layer = max(max_layer, lp - (expert_params if moe_flags[i] else 0))
-            max_experts = max(max_experts, expert_params if moe_flags[i] else 0)
-        if emb:
-            p_dense += model.embedding_params
-        if head:
-            # The LM head lives on the last stage; a tied head needs its own copy there when
-            # pp > 1 (Megatron keeps the shared embedding on both end stages).
-            tied_copy = model.tie_word_embeddings and pp > 1
-            p_dense += model.lm_head_params + model.final_norm_params
-            p_dense += model.vocab_size * model.hidden_size if tied_copy else 0
-        rows.append(
-            (idx, n_dense, n_moe, emb, head, p_dense, n_moe * expert_params, max_layer, max_experts)
-        )
+    moe_flags = [model.is_moe_layer(i) for i in layers]
+    n_moe = sum(moe_flags)
+    n_dense = len(layers) - n_moe
+    emb = 1 if idx == 0 else 0
+    head = 1 if idx == pp - 1 else 0
+    p_dense = 0
+    max_layer = max_experts = 0
+    for i, moe in zip(layers, moe_flags, strict=True):
+        lp = model.layer_params(i)
+        p_dense += lp - (expert_params if moe else 0)
+        max_layer = max(max_layer, lp - (expert_params if moe else 0))
+        max_experts = max(max_experts, expert_params if moe else 0)
+    if emb:
+        p_dense += model.embedding_params
+    if head:
+        # The LM head lives on the last stage; a tied head needs its own copy there when
+        # pp > 1 (Megatron keeps the shared embedding on both end stages).
+        tied_copy = model.tie_word_embeddings and pp > 1
+        p_dense += model.lm_head_params + model.final_norm_params
+        p_dense += model.vocab_size * model.hidden_size if tied_copy else 0
+    return (idx, n_dense, n_moe, emb, head, p_dense, n_moe * expert_params, max_layer,
+            max_experts)
+
+
+def _features(rows: list[tuple], prune: bool = True) -> StageFeatures:
     keep = []
     for i, row in enumerate(rows):
-        dominated = any(
+        dominated = prune and any(
             all(rj >= ri for rj, ri in zip(rows[j][1:], row[1:], strict=True)) for j in range(i)
         )
-        if not dominated or not prune:
+        if not dominated:
             keep.append(row)
     cols = list(zip(*keep, strict=True))
     return StageFeatures(*(np.asarray(c, dtype=float) for c in cols))
+
+
+def stage_features(model: ModelSpec, pp: int, vpp: int,
+                   counts: Sequence[int] = (), prune: bool = True) -> StageFeatures:
+    """Candidate (non-dominated) stages of the (pp, vpp) split, or of the explicit per-stage
+    layer counts (vpp 1), with their counts; every stage when not `prune` (stages on different
+    GPUs: a stage with fewer layers may still be the slowest)."""
+    layers = split_layers(counts) if counts else stage_layers(model.num_hidden_layers, pp, vpp)
+    return _features([_stage_row(model, idx, pp, ls) for idx, ls in enumerate(layers)], prune)
+
+
+def uniform_layers(model: ModelSpec) -> bool:
+    """Whether every transformer layer is of one kind (all dense or all MoE), so a stage's cost
+    depends on how many layers it holds, not which."""
+    kinds = {model.is_moe_layer(i) for i in range(model.num_hidden_layers)}
+    return len(kinds) == 1
+
+
+def count_features(model: ModelSpec, pp: int, max_layers: int) -> StageFeatures:
+    """Every (stage, layer count) pair of a model with uniform layers: stage i of pp holding
+    n = 1..max_layers layers, i-major (row i * max_layers + n - 1); not pruned. The split
+    search (planner.search.stages) reads each stage's cost off these rows. Counts and
+    parameters grow by one layer's per extra layer (uniform_layers); the largest-layer fields
+    stay."""
+    rows = []
+    for i in range(pp):
+        one = np.array(_stage_row(model, i, pp, [0]), dtype=float)
+        two = np.array(_stage_row(model, i, pp, [0, 1]), dtype=float) if max_layers > 1 else one
+        step = two - one
+        step[[0, 3, 4, 7, 8]] = 0.0  # index, emb, head, largest layer / experts: fixed
+        rows.extend(one + (n - 1) * step for n in range(1, max_layers + 1))
+    cols = np.array(rows).T
+    return StageFeatures(*cols)
 
 
 def in_flight(

@@ -10,9 +10,11 @@ planner.search.exhaustive. Why nothing fits: planner.search.diagnose. Ranking: d
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from planner.costmodel import checks
 from planner.search.problem import (
@@ -26,6 +28,7 @@ from planner.search.problem import (
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 if TYPE_CHECKING:
+    from planner.layout import Layout
     from planner.plan import Plan
     from planner.search.cpsat import SolverConfig
 
@@ -75,10 +78,22 @@ class SearchResult:
         from planner.costmodel import Estimate
         from planner.plan import Plan
 
+        layers = self.space.model.num_hidden_layers
         return [
-            Plan(self.space.layout(i), Estimate.from_batch(self.space.columns, i), rank=r)
+            Plan(with_stage_layers(self.space.layout(i), layers),
+                 Estimate.from_batch(self.space.columns, i), rank=r)
             for r, i in enumerate(self.indices, 1)
         ]
+
+
+def with_stage_layers(layout: Layout, num_layers: int) -> Layout:
+    """The layout with its layers per stage written out (the even rule's where it has none)."""
+    from dataclasses import replace
+
+    from planner.costmodel.pipeline import stage_counts
+
+    counts = stage_counts(num_layers, layout.pp, layout.vpp, layout.stage_layers)
+    return replace(layout, stage_layers=tuple(counts))
 
 
 def search(
@@ -89,9 +104,13 @@ def search(
     top_k: int = 10,
     config: SolverConfig | None = None,
     batch_cost: BatchCost | None = None,
+    stage_layers: Sequence[int] | None = None,
+    even_stages: bool = False,
 ) -> SearchResult:
     """Space + CP-SAT top-K selection; raises InfeasibleError / LayoutError (diagnosed) when no
-    layout honours the pins and fits."""
+    layout honours the pins and fits. Layers per pipeline stage: `stage_layers` pins them (and
+    pp), `even_stages` keeps the even rule; otherwise the split is searched per layout
+    (planner.search.stages) with the default cost model."""
     from planner.search.cpsat import SelectionModel
 
     if top_k < 1:
@@ -99,19 +118,51 @@ def search(
 
         raise SpecError(f"--top must be at least 1, got {top_k}")
     pins = normalize_pins(pins)
+    if stage_layers:
+        pins = _pin_split(model, pins, stage_layers)
     t0 = time.perf_counter()
     knobs = enumerate_layouts(model, cluster, job, pins, config)
+    if stage_layers:
+        knobs["stage_layers"] = np.empty(len(knobs["tp"]), dtype=object)
+        knobs["stage_layers"][:] = [tuple(stage_layers)] * len(knobs["tp"])
     t1 = time.perf_counter()
     space = evaluate(model, cluster, job, knobs, batch_cost)
     t2 = time.perf_counter()
-    selection = SelectionModel(space, pins, top_k, config).solve()
+    timings = {"structure_s": t1 - t0, "cost_model_s": t2 - t1}
+    if not stage_layers and not even_stages and batch_cost is None:
+        from planner.search.stages import improve_splits
+
+        space, solved = improve_splits(space, pins, top_k, config)
+        timings["stage_split_s"] = time.perf_counter() - t2
+        timings["stage_splits_solved"] = solved
     t3 = time.perf_counter()
+    selection = SelectionModel(space, pins, top_k, config).solve()
+    timings["selection_s"] = time.perf_counter() - t3
     if not selection.indices:
         from planner.search.diagnose import diagnose
 
         raise diagnose(space, pins, config=config, batch_cost=batch_cost)
-    timings = {"structure_s": t1 - t0, "cost_model_s": t2 - t1, "selection_s": t3 - t2}
     return SearchResult(space, selection.indices, selection.objectives, timings)
+
+
+def _pin_split(model: ModelSpec, pins: dict[str, Any], counts: Sequence[int]) -> dict[str, Any]:
+    """Pins implied by --stage-layers: pp = the number of stages, and vpp 1 for an uneven split
+    (interleaved chunks follow the even rule); SpecError when they contradict the split."""
+    from planner.costmodel.checks import stage_layers_violations
+    from planner.errors import SpecError
+    from planner.layout import Layout
+
+    pp = len(counts)
+    if pins.get("pp", pp) != pp:
+        raise SpecError(f"--stage-layers gives {pp} stages but --pp is {pins['pp']}")
+    layout = Layout(pp=pp, vpp=pins.get("vpp", 1), stage_layers=tuple(counts))
+    problems = stage_layers_violations(model.num_hidden_layers, layout)
+    if problems:
+        raise SpecError(problems[0])
+    out = dict(pins, pp=pp)
+    if not layout.even_split:
+        out.setdefault("vpp", 1)
+    return out
 
 
 def solve(
@@ -121,8 +172,11 @@ def solve(
     pins: Mapping[str, Any] | None = None,
     top_k: int = 10,
     config: SolverConfig | None = None,
+    stage_layers: Sequence[int] | None = None,
+    even_stages: bool = False,
 ) -> list[Plan]:
     """The top_k plans that fit, best step time first (ties: lower memory, then fewer groups
     crossing nodes). Raises InfeasibleError (exit 1) with a diagnosis when none fits, LayoutError
     (exit 2) when the pins admit no valid layout at all."""
-    return search(model, cluster, job, pins, top_k, config).plans()
+    return search(model, cluster, job, pins, top_k, config, stage_layers=stage_layers,
+                  even_stages=even_stages).plans()

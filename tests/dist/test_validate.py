@@ -79,6 +79,8 @@ def _validate(tmp_path: Path, layout: Layout, **kw) -> dict:
 CASES = {
     "tp2-sp-selective": Layout(tp=2, sp=True, recompute="selective"),
     "pp2-1f1b-full": Layout(pp=2, recompute="full"),
+    # uneven stages: one layer with the embedding, three with the LM head (per-stage modules)
+    "pp2-uneven-1-3": Layout(pp=2, stage_layers=(1, 3)),
     "dp2-zero3": Layout(dp=2, zero=3),
     "tp2-dp2-zero1": Layout(tp=2, dp=2, zero=1),
 }
@@ -108,6 +110,8 @@ def test_layout_matches_single_process(tmp_path: Path, reference, name: str) -> 
         assert key in rec, key
     assert (rec["tp"], rec["pp"], rec["dp"], rec["zero"]) == (
         layout.tp, layout.pp, layout.dp, layout.zero)
+    if layout.stage_layers:
+        assert rec["stage_layers"] == list(layout.stage_layers)
     assert rec["grad_accum"] == JOB.global_batch // layout.dp  # mbs 1
     assert rec["world_size"] == layout.num_gpus and rec["backend"] == "gloo"
     assert len(rec["losses"]) == WARMUP + STEPS

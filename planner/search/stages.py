@@ -1,0 +1,270 @@
+"""Uneven pipeline stages: how many layers each stage holds, searched per layout.
+
+The split problem of one layout (pp > 1, plain 1F1B, a model whose layers are all of one kind):
+integer layers n_i >= 1 per stage summing to the model's layers, the embedding on stage 0 and
+the LM head on the last stage, each stage's GPU within its usable memory (the cost model's peak
+of that stage with n_i layers: its in-flight micro-batches, its parameters), minimizing the
+slowest stage's time per micro-batch (which the step multiplies by grad_accum + the bubble
+slots, and the interleaving p2p overlap reads), then the highest stage memory. The tables are
+the cost model's own stage terms (costmodel.batch.stage_costs on pipeline.count_features), in
+the search's integer units, so the split is exact for the cost model; a stage holds at most
+SPLIT_MAX_FACTOR x ceil(layers / pp) + 2 layers (beyond that it is never the best split with
+linear stage times; the bound keeps the tables small).
+
+Solved by CP-SAT (cpsat.SplitModel); split_dp is the exact dynamic-programming oracle over
+(stages, layers) the tests hold it to. improve_splits runs the split search inside `search`:
+a layout's split replaces the even rule's (pipeline.stage_layer_counts) only where its
+re-evaluated step time is lower, or it fits where the even one does not. Layouts whose step
+time cannot beat the K-th best plan even with perfectly balanced stages (a lower bound from the
+linear stage times) are skipped, which keeps the search exact for the top K.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from planner.costmodel import pipeline
+from planner.search.problem import MEM_UNIT_GIB, Space, evaluate
+from planner.specs import GIB
+
+if TYPE_CHECKING:
+    from planner.search.cpsat import SolverConfig
+
+SPLIT_MAX_FACTOR = 2  # a stage holds at most 2 x ceil(L / pp) + 2 layers in the split tables
+BIG = np.iinfo(np.int64).max // 4
+
+
+@dataclass(frozen=True)
+class SplitProblem:
+    """Layers on pipeline stages: stage i holding n layers (n = 1..width) takes time[i, n-1]
+    (integer time units per micro-batch) and memory[i, n-1] (MiB), allowed where
+    fits[i, n-1]."""
+
+    layers: int
+    time: np.ndarray  # (stages, width) int64
+    memory: np.ndarray  # (stages, width) int64
+    fits: np.ndarray  # (stages, width) bool
+
+    @property
+    def stages(self) -> int:
+        return self.time.shape[0]
+
+    def pruned(self, slowest_bound: int | None = None) -> SplitProblem:
+        """The same problem with the counts no optimal split uses taken out: a stage time above
+        a known split's slowest stage (`slowest_bound`), and counts the other stages cannot
+        complete to the layers (too few: they hold at most their largest allowed counts; too
+        many: they need at least their smallest). The optimum is unchanged."""
+        fits = self.fits.copy()
+        if slowest_bound is not None:
+            fits &= self.time <= slowest_bound
+        n = np.arange(1, fits.shape[1] + 1)
+        for _ in range(2):
+            most = np.where(fits, n, 0).max(axis=1)
+            least = np.where(fits, n, BIG).min(axis=1)
+            if (most == 0).any():
+                break
+            lo = self.layers - (most.sum() - most)  # what stage i must take at least
+            hi = self.layers - (least.sum() - least)  # and at most
+            fits &= (n[None, :] >= lo[:, None]) & (n[None, :] <= hi[:, None])
+        return SplitProblem(self.layers, self.time, self.memory, fits)
+
+    def objective(self, counts: Sequence[int]) -> tuple[int, int]:
+        """(slowest stage time, highest stage memory) of a split, in the problem's units."""
+        rows = np.arange(self.stages)
+        idx = np.asarray(counts) - 1
+        return int(self.time[rows, idx].max()), int(self.memory[rows, idx].max())
+
+
+@dataclass(frozen=True)
+class Split:
+    """A split's layers per stage (empty when no split fits) and its objective values."""
+
+    counts: tuple[int, ...] = ()
+    slowest: int = 0
+    peak: int = 0
+
+
+def split_width(layers: int, pp: int) -> int:
+    """Most layers one stage may hold in the split tables (module docstring)."""
+    return min(layers - pp + 1, SPLIT_MAX_FACTOR * math.ceil(layers / pp) + 2)
+
+
+def split_problems(space: Space, rows: Sequence[int],
+                   time_unit_s: float | None = None) -> list[SplitProblem]:
+    """The split problem of each given row of the space (rows of one model, any pp > 1)."""
+    from planner.costmodel.batch import stage_costs
+
+    model, cluster, job = space.model, space.cluster, space.job
+    layers = model.num_hidden_layers
+    unit = time_unit_s or space.time_unit_s
+    cap = space.cap_units
+    out: dict[int, SplitProblem] = {}
+    rows = np.asarray(rows, dtype=np.int64)
+    pps = space.knobs["pp"][rows]
+    for pp in np.unique(pps):
+        mine = rows[pps == pp]
+        width = split_width(layers, int(pp))
+        feats = pipeline.count_features(model, int(pp), width)
+        knobs = {k: v[mine] for k, v in space.knobs.items() if k != "stage_layers"}
+        t, mem = stage_costs(model, cluster, job, knobs, feats)
+        t_units = np.rint(t / unit).astype(np.int64)
+        m_units = np.rint(mem / GIB / MEM_UNIT_GIB).astype(np.int64)
+        fits = mem / GIB <= cluster.gpu.usable_memory_gib
+        m_units = np.where(fits, np.minimum(m_units, cap), np.maximum(m_units, cap + 1))
+        for j, r in enumerate(mine.tolist()):
+            out[r] = SplitProblem(layers, t_units[j].reshape(int(pp), width),
+                                  m_units[j].reshape(int(pp), width),
+                                  fits[j].reshape(int(pp), width))
+    return [out[int(r)] for r in rows]
+
+
+def _minmax_dp(layers: int, cost: np.ndarray, allowed: np.ndarray
+               ) -> tuple[int, list[int]] | None:
+    """min over splits of max_i cost[i, n_i - 1] with allowed[i, n_i - 1] and sum n_i = layers;
+    (value, counts) or None. best[l] = the lowest max over the stages so far holding l layers."""
+    stages, width = cost.shape
+    best = np.full(layers + 1, BIG, dtype=np.int64)
+    best[0] = 0
+    choice = np.zeros((stages, layers + 1), dtype=np.int64)
+    for i in range(stages):
+        new = np.full(layers + 1, BIG, dtype=np.int64)
+        for n in range(1, width + 1):
+            if not allowed[i, n - 1] or n > layers:
+                continue
+            cand = np.maximum(best[: layers + 1 - n], cost[i, n - 1])
+            cand = np.where(best[: layers + 1 - n] >= BIG, BIG, cand)
+            better = cand < new[n:]
+            new[n:] = np.where(better, cand, new[n:])
+            choice[i, n:][better] = n
+        best = new
+    if best[layers] >= BIG:
+        return None
+    counts, left = [], layers
+    for i in range(stages - 1, -1, -1):
+        n = int(choice[i, left])
+        counts.append(n)
+        left -= n
+    return int(best[layers]), counts[::-1]
+
+
+def split_dp(problem: SplitProblem) -> Split:
+    """The exact oracle: dynamic programming over (stages, layers), first the lowest slowest-
+    stage time over the splits that fit, then the lowest peak memory among those at that time."""
+    first = _minmax_dp(problem.layers, problem.time, problem.fits)
+    if first is None:
+        return Split()
+    slowest = first[0]
+    second = _minmax_dp(problem.layers, problem.memory, problem.fits & (problem.time <= slowest))
+    assert second is not None  # the first phase's split is one
+    return Split(tuple(second[1]), slowest, second[0])
+
+
+def _balanced_bound(space: Space, rows: np.ndarray) -> np.ndarray:
+    """A lower bound on each row's step time over every split: (grad_accum + bubble slots) x
+    the slowest stage, at least the average stage time with stage times linear in their layers
+    (T_i(n) = a n + b_i, b_i the embedding or LM head alone), and the lone head or embedding
+    with one layer."""
+    from planner.costmodel.batch import stage_costs
+
+    model, cluster, job = space.model, space.cluster, space.job
+    layers = model.num_hidden_layers
+    out = np.zeros(len(rows))
+    pps = space.knobs["pp"][rows]
+    for pp in np.unique(pps):
+        mine = np.flatnonzero(pps == pp)
+        feats = pipeline.count_features(model, int(pp), 2)  # every stage with 1 and 2 layers
+        knobs = {k: v[rows[mine]] for k, v in space.knobs.items() if k != "stage_layers"}
+        t, _ = stage_costs(model, cluster, job, knobs, feats)
+        one, two = t[:, 0::2], t[:, 1::2]  # (rows, stages)
+        a = two[:, 0] - one[:, 0]  # time per layer (the same on every stage)
+        fixed = one - a[:, None]  # b_i: the embedding, the LM head, nothing on inner stages
+        average = (a * layers + fixed.sum(axis=1)) / pp
+        slowest = np.maximum(average, one.max(axis=1))
+        m = space.columns["grad_accum"][rows[mine]].astype(float)
+        slots = pipeline.bubble_slots(pp, 1, m)
+        out[mine] = (m + slots) * slowest
+    return out
+
+
+def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
+                   config: SolverConfig | None = None) -> tuple[Space, int]:
+    """The space with each eligible layout's best split where it beats the even rule (module
+    docstring); returns the new space and how many layouts the split search solved."""
+    from planner.search.cpsat import SplitModel
+
+    model = space.model
+    if not len(space) or not pipeline.uniform_layers(model):
+        return space, 0
+    k = space.knobs
+    mask = space.pin_mask(pins) & (k["pp"] > 1) & (k["vpp"] == 1)
+    if "stage_layers" in k:
+        mask &= np.array([not s for s in k["stage_layers"]], dtype=bool)
+    rows = np.flatnonzero(mask)
+    if not len(rows):
+        return space, 0
+    step = np.asarray(space.columns["step_time_s"])
+    eligible = space.pin_mask(pins) & space.fits
+    kth = np.inf
+    if eligible.sum() >= top_k:
+        kth = float(np.partition(step[eligible], top_k - 1)[top_k - 1])
+    bound = _balanced_bound(space, rows)
+    # a row can gain only if a perfectly balanced split beats the K-th best plan, and its own
+    # even split is not already that balanced (or does not fit)
+    slack = 1e-9 * np.maximum(step[rows], 1.0)
+    cand = rows[(bound <= kth + slack) & ((bound < step[rows] - slack) | ~space.fits[rows])]
+    if not len(cand):
+        return space, 0
+    problems = split_problems(space, cand)
+    found: dict[int, tuple[int, ...]] = {}
+    solved: dict[bytes, Split] = {}  # layouts that differ in knobs the split ignores
+    for r, prob in zip(cand.tolist(), problems, strict=True):
+        even = tuple(pipeline.stage_layer_counts(model.num_hidden_layers, int(k["pp"][r])))
+        bound = None
+        if all(prob.fits[i, n - 1] for i, n in enumerate(even)):
+            bound = prob.objective(even)[0]
+        prob = prob.pruned(bound)
+        key = prob.time.tobytes() + prob.memory.tobytes() + prob.fits.tobytes()
+        if key not in solved:
+            solved[key] = SplitModel(prob, config).solve()
+        split = solved[key]
+        if split.counts and split.counts != even:
+            found[r] = split.counts
+    if not found:
+        return space, len(cand)
+    return _with_splits(space, found), len(cand)
+
+
+def _with_splits(space: Space, found: Mapping[int, tuple[int, ...]]) -> Space:
+    """A new space whose rows in `found` take those splits where the cost model says they are
+    better (lower step time, or fitting where the even split does not)."""
+    rows = np.fromiter(found, dtype=np.int64)
+    knobs = {k: v[rows] for k, v in space.knobs.items()}
+    knobs["stage_layers"] = np.empty(len(rows), dtype=object)
+    knobs["stage_layers"][:] = [found[int(r)] for r in rows]
+    trial = evaluate(space.model, space.cluster, space.job, knobs)
+    old_step = np.asarray(space.columns["step_time_s"])[rows]
+    new_step = np.asarray(trial.columns["step_time_s"])
+    better = (trial.fits & ~space.fits[rows]) | (trial.fits & (new_step < old_step))
+    if not better.any():
+        return space
+    take = rows[better]
+    all_knobs = dict(space.knobs)
+    splits = all_knobs.get("stage_layers")
+    if splits is None:
+        splits = np.empty(len(space), dtype=object)
+        splits[:] = [()] * len(space)
+    else:
+        splits = splits.copy()
+    splits[take] = [found[int(r)] for r in take]
+    all_knobs["stage_layers"] = splits
+    columns = {}
+    for name, col in space.columns.items():
+        col = np.array(col, copy=True)
+        col[take] = np.asarray(trial.columns[name])[better]
+        columns[name] = col
+    return Space(space.model, space.cluster, space.job, all_knobs, columns)
