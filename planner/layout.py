@@ -42,10 +42,14 @@ class Layout:
     # layers per pipeline stage, first to last; () = the even rule (costmodel.pipeline.
     # stage_layer_counts: floor/ceil, the extra layers to the inner stages first)
     stage_layers: tuple[int, ...] = ()
+    # GPU profile name of each pipeline stage on a cluster of pools; () = the cluster's one GPU
+    stage_gpu: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.stage_layers, tuple):  # a list read back from JSON
             object.__setattr__(self, "stage_layers", tuple(int(n) for n in self.stage_layers))
+        if not isinstance(self.stage_gpu, tuple):
+            object.__setattr__(self, "stage_gpu", tuple(str(g) for g in self.stage_gpu))
 
     @property
     def num_gpus(self) -> int:
@@ -68,6 +72,14 @@ class Layout:
             parts.append("sp")
         if self.stage_layers and not self.even_split:
             parts.append("L" + format_stage_layers(self.stage_layers))
+        if self.stage_gpu:
+            runs: list[list] = []
+            for name in self.stage_gpu:
+                if runs and runs[-1][0] == name:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([name, 1])
+            parts.append("@" + "+".join(f"{n}x{name}" for name, n in runs))
         return "-".join(parts)
 
     @property
@@ -82,6 +94,10 @@ class Layout:
     def as_dict(self) -> dict:
         out = asdict(self)
         out["stage_layers"] = list(self.stage_layers)
+        if self.stage_gpu:
+            out["stage_gpu"] = list(self.stage_gpu)
+        else:
+            del out["stage_gpu"]  # one GPU kind: the plan names no per-stage GPU
         return out
 
 

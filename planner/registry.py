@@ -14,11 +14,11 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from planner.errors import SpecError, suggest
-from planner.specs import ClusterSpec, GpuProfile, ModelSpec
+from planner.specs import ClusterSpec, GpuProfile, ModelSpec, PooledCluster
 
 CLUSTER_GRAMMAR = (
     "NxGPU (128xA100), NODESxPERNODExGPU (16x8xH100), a GPU with a variant (64xH100-PCIE), "
-    "or a path to a cluster/profile YAML"
+    "pools joined by + (64xH100+128xA100), or a path to a cluster/profile YAML"
 )
 CLUSTER_GRAMMAR_HELP = """\
 NxGPU              N GPUs in the GPU's usual nodes: 128xA100 = 16 nodes x 8 A100-SXM4-80GB
@@ -26,7 +26,10 @@ NODESxPERNODExGPU  an explicit shape: 16x8xH100, 2x4xA100-40GB (at most a node/N
 GPU                a built-in name or alias (planner clusters), with a variant: 64xH100-PCIE;
                    a bare family name is its most common datacenter part (A100 = A100-SXM4-80GB)
 Nx./profile.yaml   a GPU profile file (planner profile / calibrate) instead of a built-in name
-cluster.yaml       {gpu: NAME | profile path | profile mapping, num_nodes: N, gpus_per_node: P}
+A+B                pools of two GPU kinds, each in the grammar above: 64xH100+128xA100,
+                   8x8xH100+16x8xA100 (pipeline stages are placed on pools)
+cluster.yaml       {gpu: NAME | profile path | profile mapping, num_nodes: N, gpus_per_node: P},
+                   or {pools: [{gpu, num_nodes, gpus_per_node}, ...]}
 profile.yaml       a bare GPU profile: one node of it
 --profile P        replaces the built-in profile of the named GPU, keeping the shape"""
 
@@ -183,6 +186,60 @@ def _is_file_ref(text: str) -> bool:
     return text.endswith((".yaml", ".yml", ".json")) or "/" in text or "\\" in text
 
 
+def parse_cluster_or_pools(text: str, profile: GpuProfile | None = None
+                           ) -> ClusterSpec | PooledCluster:
+    """parse_cluster, plus pools: `64xH100+128xA100` (each part in the single-pool grammar) or
+    a cluster YAML with `pools`. --profile does not apply to pooled clusters (one profile per
+    pool: give profile paths in the pool parts)."""
+    text = text.strip()
+    if "+" in text and not _is_file_ref(text):
+        parts = [p.strip() for p in text.split("+")]
+        if any(not p for p in parts):
+            raise _malformed(text, "an empty pool around '+'")
+        if profile is not None:
+            raise SpecError("--profile applies to one GPU kind; with pools give a profile path "
+                            "in each part (8x8x./h100.yaml+16x8xA100)")
+        pools = tuple(parse_cluster(p) for p in parts)
+        return _pooled(pools, text)
+    if _is_file_ref(text) and Path(text).is_file():
+        data = read_yaml_or_json(Path(text))
+        if isinstance(data, dict) and "pools" in data:
+            return _pools_from_file(Path(text), data, profile)
+    return parse_cluster(text, profile)
+
+
+def _pooled(pools: tuple[ClusterSpec, ...], where: str) -> ClusterSpec | PooledCluster:
+    if len(pools) == 1:
+        return pools[0]
+    names = [p.gpu.name for p in pools]
+    if len(set(names)) < len(names):
+        raise SpecError(f"cluster '{where}': two pools of {names[0]}; write one pool per GPU "
+                        "kind")
+    return PooledCluster(pools=pools)
+
+
+def _pools_from_file(path: Path, data: dict, profile: GpuProfile | None) -> PooledCluster:
+    if profile is not None:
+        raise SpecError(f"{path}: --profile applies to one GPU kind, not to pools")
+    unknown = sorted(set(data) - {"pools"})
+    if unknown:
+        raise SpecError(f"{path}: field '{unknown[0]}': a pooled cluster YAML has only 'pools'")
+    items = data["pools"]
+    if not isinstance(items, list) or not items:
+        raise SpecError(f"{path}: field 'pools': expected a list of pools "
+                        "({gpu, num_nodes, gpus_per_node})")
+    pools = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or "gpu" not in item:
+            raise SpecError(f"{path}: pools[{i}]: expected a mapping with gpu (and num_nodes, "
+                            "gpus_per_node)")
+        pools.append(_cluster_from_data(item, path, None, where=f"{path}: pools[{i}]"))
+    result = _pooled(tuple(pools), str(path))
+    if not isinstance(result, PooledCluster):
+        raise SpecError(f"{path}: field 'pools': a pooled cluster needs at least two pools")
+    return result
+
+
 def parse_cluster(text: str, profile: GpuProfile | None = None) -> ClusterSpec:
     """Parse the cluster grammar of CONTRACT.md: `NxGPU` (128xA100: N GPUs packed into the GPU's
     usual nodes), `NODESxPERNODExGPU` (16x8xH100), where GPU is a built-in name or alias
@@ -239,16 +296,23 @@ def _cluster_from_file(path: Path, profile: GpuProfile | None) -> ClusterSpec:
     """A cluster YAML ({gpu, num_nodes, gpus_per_node}) or a bare GPU profile YAML (one node)."""
     if not path.is_file():
         raise SpecError(f"cluster file not found: {path}")
-    data = read_yaml_or_json(path)
+    return _cluster_from_data(read_yaml_or_json(path), path, profile)
+
+
+def _cluster_from_data(data: dict, path: Path, profile: GpuProfile | None,
+                       where: str | None = None) -> ClusterSpec:
+    """One pool from its mapping; `path` locates relative profile paths, `where` names it in
+    errors (default: the path)."""
+    where = where or str(path)
     if "gpu" not in data and "num_nodes" not in data:  # a bare GPU profile: one node of it
-        gpu = validate_as(GpuProfile, dict(data, name=data.get("name", path.stem)), str(path))
+        gpu = validate_as(GpuProfile, dict(data, name=data.get("name", path.stem)), where)
         return ClusterSpec(gpu=profile or gpu, num_nodes=1, gpus_per_node=gpu.gpus_per_node)
     unknown = sorted(set(data) - _CLUSTER_KEYS)
     if unknown:
-        raise SpecError(f"{path}: field '{unknown[0]}': not a cluster field "
+        raise SpecError(f"{where}: field '{unknown[0]}': not a cluster field "
                         f"(a cluster YAML has gpu, num_nodes, gpus_per_node)")
     if "gpu" not in data:
-        raise SpecError(f"{path}: field 'gpu': Field required "
+        raise SpecError(f"{where}: field 'gpu': Field required "
                         "(a GPU name, profile path or mapping)")
     gpu_field = data["gpu"]
     if profile is not None:
@@ -260,18 +324,18 @@ def _cluster_from_file(path: Path, profile: GpuProfile | None) -> ClusterSpec:
         try:
             gpu = load_gpu(ref)
         except SpecError as exc:
-            raise SpecError(f"{path}: field 'gpu': {exc}") from None
+            raise SpecError(f"{where}: field 'gpu': {exc}") from None
     elif isinstance(gpu_field, dict):
         gpu = validate_as(GpuProfile, dict(gpu_field, name=gpu_field.get("name", path.stem)),
-                          f"{path}: gpu")
+                          f"{where}: gpu")
     else:
-        raise SpecError(f"{path}: field 'gpu': expected a GPU name, profile path or mapping, "
+        raise SpecError(f"{where}: field 'gpu': expected a GPU name, profile path or mapping, "
                         f"got {type(gpu_field).__name__}")
     spec = dict(data, gpu=gpu)
     spec.setdefault("gpus_per_node", gpu.gpus_per_node)
-    cluster = validate_as(ClusterSpec, spec, str(path))
+    cluster = validate_as(ClusterSpec, spec, where)
     if profile is None and cluster.gpus_per_node > gpu.domain_gpus:
-        raise SpecError(f"{path}: field 'gpus_per_node': {cluster.gpus_per_node} is more than a "
+        raise SpecError(f"{where}: field 'gpus_per_node': {cluster.gpus_per_node} is more than a "
                         f"{gpu.name} node holds ({gpu.gpus_per_node} per node, "
                         f"{gpu.domain_gpus} per NVLink domain)")
     return cluster

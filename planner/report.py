@@ -68,9 +68,10 @@ def plans_csv(plans: Sequence[Plan]) -> str:
     """CSV text of the plans (header = the plan columns); stage_layers as '7,8,...,8,7' (the
     --stage-layers form)."""
     frame = plans_frame(plans)
-    if "stage_layers" in frame.columns:
-        frame["stage_layers"] = [",".join(str(n) for n in v) if isinstance(v, list) else v
-                                 for v in frame["stage_layers"]]
+    for name in ("stage_layers", "stage_gpu", "stage_time_s", "stage_mem_gb"):
+        if name in frame.columns:
+            frame[name] = [",".join(str(n) for n in v) if isinstance(v, list) else v
+                           for v in frame[name]]
     return frame.to_csv(index=False)
 
 
@@ -188,7 +189,16 @@ def print_estimate(plan: Plan, console: Console) -> None:
     console.print(m)
     console.print(f"most loaded GPU: pipeline stage {e.peak_stage}, holding activations of "
                   f"{e.in_flight:g} micro-batches")
-    if plan.layout.pp > 1 and plan.layout.stage_layers:
+    if plan.layout.stage_gpu and e.stage_time_s:
+        st = Table(title="pipeline stages (cluster of pools)", show_header=True)
+        for name, justify in (("stage", "right"), ("GPU", "left"), ("layers", "right"),
+                              ("s per micro-batch", "right"), ("GiB", "right")):
+            st.add_column(name, justify=justify)  # type: ignore[arg-type]
+        for i, (gpu, n, t, mem) in enumerate(zip(plan.layout.stage_gpu, plan.layout.stage_layers,
+                                                 e.stage_time_s, e.stage_mem_gb, strict=True)):
+            st.add_row(str(i), gpu, str(n), f"{t:.4f}", f"{mem:.1f}")
+        console.print(st)
+    elif plan.layout.pp > 1 and plan.layout.stage_layers:
         from planner.layout import format_stage_layers
 
         rule = "even rule" if plan.layout.even_split else "uneven"

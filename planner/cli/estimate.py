@@ -135,8 +135,15 @@ def estimate_cmd(
                             zero=zero if zero is not None else fixed.get("zero"),
                             recompute=recompute, sp=sp if sp is not None else fixed.get("sp"))
     layout = dataclasses.replace(layout, stage_layers=counts)
-    est = estimate(model_spec, cluster_spec, job, layout)
-    plan = Plan(layout=with_stage_layers(layout, model_spec.num_hidden_layers), estimate=est)
+    from planner.specs import PooledCluster
+
+    if isinstance(cluster_spec, PooledCluster):
+        from planner.costmodel.pools import estimate_pooled
+
+        plan = estimate_pooled(model_spec, cluster_spec, job, layout)
+    else:
+        est = estimate(model_spec, cluster_spec, job, layout)
+        plan = Plan(layout=with_stage_layers(layout, model_spec.num_hidden_layers), estimate=est)
     plan = with_runs([plan], model_spec, cluster_spec, run_in)[0]
     from planner import report
 

@@ -151,7 +151,19 @@ def solve_cmd(
     run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
     check_lr_options(ref_lr, ref_batch)
     loop = None
-    if calibrate is not None:
+    from planner.specs import PooledCluster
+
+    if isinstance(cluster_spec, PooledCluster):
+        from planner.search.pools import search_pooled
+
+        if calibrate is not None:
+            from planner.errors import SpecError
+
+            raise SpecError("--calibrate measures one GPU kind; not on a cluster of pools")
+        plans = search_pooled(model_spec, cluster_spec, job, pins, top_k=top,
+                              stage_layers=parse_stage_layers(stage_layers),
+                              even_stages=even_stages)
+    elif calibrate is not None:
         from planner.calibrate import closed_loop
 
         loop = closed_loop(model_spec, cluster_spec, job, pins, calibrate, runs, top_k=top,

@@ -64,18 +64,28 @@ class Estimate:
     peak_stage: int = 0  # pipeline stage of the most loaded GPU
     in_flight: float = 1.0  # micro-batches of activations held there (stage-equivalents)
     overflow: list[str] = field(default_factory=list)
+    # per pipeline stage on a cluster of pools (empty otherwise): seconds per micro-batch, GiB
+    stage_time_s: tuple[float, ...] = ()
+    stage_mem_gb: tuple[float, ...] = ()
 
     def columns(self) -> dict[str, Any]:
-        """The plan columns this estimate owns (plus the step-time band), for Plan.row()."""
+        """The plan columns this estimate owns (plus the step-time band and, on pools, the
+        per-stage time and memory), for Plan.row()."""
         skip = {"peak_stage", "in_flight", "overflow"}
-        return {k: v for k, v in asdict(self).items() if k not in skip}
+        out = {k: v for k, v in asdict(self).items() if k not in skip}
+        for name in ("stage_time_s", "stage_mem_gb"):
+            if out[name]:
+                out[name] = list(out[name])
+            else:
+                del out[name]
+        return out
 
     @classmethod
     def from_batch(cls, cols: Mapping[str, np.ndarray], i: int = 0) -> Estimate:
         """Row i of estimate_batch's columns."""
         values: dict[str, Any] = {}
         for f in fields(cls):
-            if f.name == "overflow":
+            if f.name in ("overflow", "stage_time_s", "stage_mem_gb"):
                 continue
             v = cols[f.name][i]
             if f.type in ("int", int):
@@ -84,6 +94,10 @@ class Estimate:
                 values[f.name] = bool(v)
             else:
                 values[f.name] = float(v)
+        if "stage_pool" in cols:  # a cluster of pools: the per-stage columns
+            real = np.asarray(cols["stage_pool"][i]) >= 0
+            values["stage_time_s"] = tuple(float(v) for v in cols["stage_time_s"][i][real])
+            values["stage_mem_gb"] = tuple(float(v) for v in cols["stage_mem_gb"][i][real])
         est = cls(**values)
         return est if est.fits else cls(**values, overflow=overflow_reasons(est))
 

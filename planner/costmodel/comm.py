@@ -278,21 +278,25 @@ def ep_stage_time(cluster: ClusterSpec, model, n_moe, a2a_bytes, tp, ep, recompu
     return n_moe * (a2a * (4 + 2 * (recompute == 2)))[_COL]
 
 
-def pp_send_time(cluster: ClusterSpec, model, tokens, tp, pp, dp, cp, sp):  # noqa: ANN001, ANN201
+def pp_send_time(cluster: ClusterSpec, model, tokens, tp, pp, dp, cp, sp,  # noqa: ANN001, ANN201
+                 crosses=None):  # noqa: ANN001
     """Seconds of one pipeline send: a micro-batch's (SP-sharded) 16-bit activation to the
-    next stage, across nodes when the PP group leaves the NVLink domain."""
+    next stage, across nodes when the PP group leaves the NVLink domain (or `crosses`)."""
     p2p_bytes = tokens * model.hidden_size * 2 / np.where(sp, tp, 1.0)
-    return p2p_time(cluster, p2p_bytes, Group(cluster, pp, tp * cp * dp).crosses)
+    if crosses is None:
+        crosses = Group(cluster, pp, tp * cp * dp).crosses
+    return p2p_time(cluster, p2p_bytes, crosses)
 
 
 def pp_p2p_time(cluster: ClusterSpec, model, tokens, tp, pp, dp, cp, vpp, sp, m,  # noqa: ANN001, ANN201
-                stage_mb_s, p2p_overlap: bool = True):
+                stage_mb_s, p2p_overlap: bool = True, crosses=None):  # noqa: ANN001
     """Pipeline send/receive seconds per step, per layout: 2 sends per micro-batch chunk and per
     fill/drain hop. Interleaved 1F1B with overlap_p2p_comm runs the steady-state sends behind
     the next chunk's compute (a chunk = 1/vpp of the stage's micro-batch time, stage_mb_s);
     the pp - 1 fill and drain hops stay exposed. Plain 1F1B / GPipe block on every send
-    (Megatron-Core)."""
-    p2p_one = pp_send_time(cluster, model, tokens, tp, pp, dp, cp, sp)
+    (Megatron-Core). `crosses` overrides whether the sends leave the node (pools joined by the
+    network)."""
+    p2p_one = pp_send_time(cluster, model, tokens, tp, pp, dp, cp, sp, crosses)
     chunk_s = stage_mb_s / vpp
     p2p_hidden = 2 * (pp - 1) * p2p_one + 2 * m * vpp * np.maximum(p2p_one - chunk_s, 0.0)
     p2p_blocking = 2 * (m * vpp + pp - 1) * p2p_one

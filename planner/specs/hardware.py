@@ -265,6 +265,28 @@ class ClusterSpec(BaseModel):
         return f"{self.num_nodes}x{self.gpus_per_node}x{self.gpu.name}"
 
 
+class PooledCluster(BaseModel):
+    """A cluster of several pools, each homogeneous (its own GPU profile and node shape): e.g.
+    64 H100 + 128 A100. A plan places whole pipeline stages on pools (a stage never spans two;
+    its TP and DP groups stay inside its pool); the pools are joined by the slower network."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pools: tuple[ClusterSpec, ...] = Field(min_length=2, description="The pools, in order.")
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(p.num_gpus for p in self.pools)
+
+    @property
+    def gpu(self) -> GpuProfile:
+        """The first pool's GPU (for what needs one name: titles, defaults)."""
+        return self.pools[0].gpu
+
+    def __str__(self) -> str:
+        return "+".join(str(p) for p in self.pools)
+
+
 class JobSpec(BaseModel):
     """What one training step processes."""
 

@@ -1,0 +1,157 @@
+"""Clusters of GPU pools: the grammar and YAML, the pooled cost model against the homogeneous
+one (two pools of the same GPU), the pooled search against an exhaustive oracle (every layout,
+both pool orders, every split by the DP oracle), and the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from planner.costmodel import estimate_batch
+from planner.costmodel.pools import estimate_pooled, estimate_pooled_batch
+from planner.errors import SpecError
+from planner.layout import Layout
+from planner.registry import load_gpu, load_model, parse_cluster_or_pools
+from planner.search.pools import _problem, _tables, pooled_knobs, search_pooled
+from planner.search.problem import RECOMPUTE_LEVELS, normalize_pins
+from planner.search.stages import split_dp, split_width
+from planner.specs import ClusterSpec, JobSpec, PooledCluster
+from tests.search.standin import make_cluster, make_gpu, make_job, make_model
+
+
+def test_grammar_and_yaml(tmp_path):
+    c = parse_cluster_or_pools("64xH100+128xA100")
+    assert isinstance(c, PooledCluster) and c.num_gpus == 192
+    assert [p.gpu.name for p in c.pools] == ["H100-SXM", "A100-SXM4-80GB"]
+    shaped = parse_cluster_or_pools("8x8xH100+16x8xA100")
+    assert [(p.num_nodes, p.gpus_per_node) for p in shaped.pools] == [(8, 8), (16, 8)]
+    path = tmp_path / "pools.yaml"
+    path.write_text("pools:\n  - {gpu: H100, num_nodes: 8, gpus_per_node: 8}\n"
+                    "  - {gpu: A100-40GB, num_nodes: 4}\n")
+    yc = parse_cluster_or_pools(str(path))
+    assert [p.gpu.name for p in yc.pools] == ["H100-SXM", "A100-SXM4-40GB"]
+    assert yc.pools[1].gpus_per_node == 8 and yc.num_gpus == 96
+    assert isinstance(parse_cluster_or_pools("128xA100"), ClusterSpec)
+    for bad, why in (("64xH100+", "empty pool"), ("64xH100+64xH100", "two pools"),
+                     ("64xH100+8xNOPE", "unknown GPU")):
+        with pytest.raises(SpecError, match=why):
+            parse_cluster_or_pools(bad)
+    path.write_text("pools:\n  - {gpu: H100, num_nodes: 8, color: red}\n  - {gpu: A100}\n")
+    with pytest.raises(SpecError, match=r"pools\[0\].*color"):
+        parse_cluster_or_pools(str(path))
+
+
+def test_same_gpu_pools_match_the_homogeneous_model():
+    """Two pools of one GPU (renamed) against one cluster of both: every stage term is the same
+    function of the same GPU, so time and memory columns agree exactly; the DP/optimizer term
+    takes the slower pool's heaviest stage (the homogeneous model takes the one heaviest
+    stage), within 2% of the step."""
+    model, h = load_model("llama3-70b"), load_gpu("H100")
+    a = ClusterSpec(gpu=h, num_nodes=4, gpus_per_node=8)
+    b = ClusterSpec(gpu=h.model_copy(update={"name": "H100-twin"}), num_nodes=4, gpus_per_node=8)
+    whole = ClusterSpec(gpu=h, num_nodes=8, gpus_per_node=8)
+    job = JobSpec(seq_len=4096, global_batch=128)
+    layouts = [Layout(tp=8, pp=4, dp=2, zero=z, recompute=r, sp=True, stage_layers=(20,) * 4)
+               for z in (0, 1, 3) for r in ("none", "selective", "full")]
+    layouts.append(Layout(tp=4, pp=8, dp=2, mbs=2, zero=1, sp=True,
+                          stage_layers=(9, 10, 10, 11, 10, 10, 10, 10)))
+    hom = estimate_batch(model, whole, job, layouts)
+    pooled = estimate_pooled_batch(model, PooledCluster(pools=(a, b)), job, layouts, (0, 1))
+    for name in ("time_compute_s", "time_tp_comm_s", "time_pp_bubble_s", "time_pp_comm_s",
+                 "peak_mem_gb", "mem_activations_gb", "mem_weights_gb", "fits", "peak_stage"):
+        np.testing.assert_allclose(np.asarray(pooled[name], float), np.asarray(hom[name], float),
+                                   rtol=1e-12, err_msg=name)
+    np.testing.assert_allclose(pooled["step_time_s"], hom["step_time_s"], rtol=0.02)
+    assert (pooled["stage_pool"][0, :4] == [0, 0, 1, 1]).all()
+
+
+def _pooled_toy(layers: int, mem_a: float, mem_b: float) -> tuple:
+    fast = make_gpu(memory_gib=mem_a, gpus_per_node=4, name="FAST").model_copy(
+        update={"peak_bf16_tflops": 900.0, "hbm_tb_per_s": 3.3})
+    slow = make_gpu(memory_gib=mem_b, gpus_per_node=4, name="SLOW")
+    pooled = PooledCluster(pools=(make_cluster(4, fast), make_cluster(8, slow)))
+    model = make_model(layers=layers, hidden=512, heads=8, kv=4, ffn=1536, vocab=32000)
+    return model, pooled
+
+
+def _oracle(model, pooled, job, pins, top_k):
+    """Every layout of the pooled space, both orders, the DP oracle's split, evaluated and
+    sorted: the top_k step times."""
+    knobs = pooled_knobs(model, pooled, job, normalize_pins(pins))
+    layers, caps = model.num_hidden_layers, [p.gpu.usable_memory_gib for p in pooled.pools]
+    steps = []
+    for row in range(len(knobs["tp"])):
+        pp = int(knobs["pp"][row])
+        width = split_width(layers, pp)
+        one = {k: v[row:row + 1] for k, v in knobs.items()}
+        tables = _tables(model, pooled, job, one, pp, width)
+        per = [p.num_gpus // int(knobs["tp"][row] * knobs["cp"][row] * knobs["dp"][row])
+               for p in pooled.pools]
+        for order in ((0, 1), (1, 0)):
+            stage_pool = [j for j in order for _ in range(per[j])]
+            split = split_dp(_problem(tables, stage_pool, 0, pp, width, layers, caps))
+            if not split.counts:
+                continue
+            lo = Layout(**{k: (RECOMPUTE_LEVELS[int(v[0])] if k == "recompute" else
+                               bool(v[0]) if k == "sp" else int(v[0])) for k, v in one.items()},
+                        stage_layers=split.counts)
+            cols = estimate_pooled_batch(model, pooled, job, [lo], order)
+            if cols["fits"][0]:
+                steps.append(float(cols["step_time_s"][0]))
+    return sorted(steps)[:top_k]
+
+
+@pytest.mark.parametrize("layers,mem_a,mem_b,pins", [
+    (6, 80.0, 80.0, {}), (9, 8.0, 16.0, {}), (7, 80.0, 4.0, {"zero": 1}),
+    (12, 6.0, 6.0, {"tp": 1})])
+def test_search_matches_the_exhaustive_oracle(layers, mem_a, mem_b, pins):
+    model, pooled = _pooled_toy(layers, mem_a, mem_b)
+    job = make_job(seq_len=1024, global_batch=16)
+    want = _oracle(model, pooled, job, pins, 5)
+    got = [p.estimate.step_time_s for p in search_pooled(model, pooled, job, pins, 5)]
+    assert got == pytest.approx(want, rel=1e-9)
+    assert len(got) == len(want) > 0
+
+
+def test_split_beats_even_on_unequal_pools():
+    """A FAST (900 TFLOP/s) and a SLOW (312) pool: the searched split is faster than the even
+    rule's on the same layout and order, and re-estimating the plan gives the same step."""
+    from dataclasses import replace
+
+    model, pooled = _pooled_toy(12, 80.0, 80.0)
+    job = make_job(seq_len=1024, global_batch=16)
+    best = search_pooled(model, pooled, job, {"tp": 2, "dp": 2}, 1)[0]  # 3 stages
+    order = (0, 1) if best.layout.stage_gpu[0] == "FAST" else (1, 0)
+    again = estimate_pooled(model, pooled, job, best.layout, order=order)
+    assert again.estimate.step_time_s == pytest.approx(best.estimate.step_time_s, rel=1e-12)
+    even = estimate_pooled(model, pooled, job, replace(best.layout, stage_layers=(4, 4, 4)),
+                           order=order)
+    assert best.estimate.step_time_s < even.estimate.step_time_s
+    assert max(best.estimate.stage_time_s) < max(even.estimate.stage_time_s)
+
+
+def test_cli_solve_and_estimate_on_pools():
+    base = [sys.executable, "-m", "planner"]
+    args = ["--model", "llama3-8b", "--cluster", "8xH100+16xA100", "--seq-len", "4096",
+            "--global-batch", "64"]
+    proc = subprocess.run([*base, "solve", *args, "--top", "2", "--json"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    plans = json.loads(proc.stdout)
+    for p in plans:
+        assert len(p["stage_gpu"]) == len(p["stage_layers"]) == p["pp"]
+        assert sum(p["stage_layers"]) == 32 and set(p["stage_gpu"]) == {"H100-SXM",
+                                                                       "A100-SXM4-80GB"}
+        assert len(p["stage_time_s"]) == p["pp"]
+    proc = subprocess.run([*base, "estimate", *args, "--tp", "4", "--pp", "6", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    one = json.loads(proc.stdout)
+    assert one["stage_gpu"] == ["H100-SXM"] * 2 + ["A100-SXM4-80GB"] * 4
+    proc = subprocess.run([*base, "estimate", *args, "--tp", "4", "--pp", "2"],  # dp 3
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "divide every pool" in proc.stderr
