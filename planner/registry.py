@@ -248,6 +248,9 @@ def parse_cluster(text: str, profile: GpuProfile | None = None) -> ClusterSpec:
     profile YAML (one node of it). `profile` (--profile) replaces the GPU's built-in profile and
     keeps the node shape from the text. SpecError with one readable line otherwise."""
     text = text.strip()
+    if "+" in text and not _is_file_ref(text):
+        raise SpecError(f"cluster '{text}': a cluster of pools is taken by solve and estimate "
+                        "only")
     m = _CLUSTER_RE.match(text)
     if m is None:
         if _is_file_ref(text) or Path(text).is_file():

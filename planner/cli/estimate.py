@@ -119,7 +119,8 @@ def estimate_cmd(
                         recompute=recompute, sp=sp)
     # with --config, its layout; the flags typed override it
     model_spec, cluster_spec, job, pins, _ = inputs(ctx, config, model, cluster, profile,
-                                                    seq_len, global_batch, recipe, flags, stack)
+                                                    seq_len, global_batch, recipe, flags, stack,
+                                                    pools=True)
     tp, pp, dp, cp, ep, vpp, mbs, zero, recompute, sp = (pins.get(k) for k in (
         "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp"))
     counts = parse_stage_layers(stage_layers)
@@ -128,6 +129,13 @@ def estimate_cmd(
     if tp is None or pp is None:
         raise LayoutError("estimate needs --tp and --pp (use `planner solve` to search them)")
     run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
+    from planner.specs import PooledCluster
+
+    if run_in is not None and isinstance(cluster_spec, PooledCluster):
+        from planner.errors import SpecError
+
+        raise SpecError("--train-tokens and the run costs are not modelled on a cluster of "
+                        "pools yet")
     check_lr_options(ref_lr, ref_batch)
     fixed = preset.layout_defaults  # what the stack cannot change, where the user did not say
     layout = default_layout(cluster_spec.num_gpus, str(cluster_spec), tp=tp, pp=pp, dp=dp, cp=cp,
@@ -135,8 +143,6 @@ def estimate_cmd(
                             zero=zero if zero is not None else fixed.get("zero"),
                             recompute=recompute, sp=sp if sp is not None else fixed.get("sp"))
     layout = dataclasses.replace(layout, stage_layers=counts)
-    from planner.specs import PooledCluster
-
     if isinstance(cluster_spec, PooledCluster):
         from planner.costmodel.pools import estimate_pooled
 

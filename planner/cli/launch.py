@@ -51,11 +51,13 @@ def given(ctx: typer.Context, names: tuple[str, ...]) -> set[str]:
 
 def inputs(ctx: typer.Context, config: Path | None, model: str | None, cluster: str | None,
            profile: Path | None, seq_len: int | None, global_batch: int | None,
-           recipe: dict[str, Any], pins: dict[str, Any], stack: str | None = None):
+           recipe: dict[str, Any], pins: dict[str, Any], stack: str | None = None,
+           pools: bool = False):
     """(model, cluster, job, pins, resolved-or-None): from the flags alone, or from --config with
     the flags that were typed overriding it. `stack` (--stack; with --config default the config's
     framework) sets the recipe the config and the typed flags do not, and its efficiency factors
-    on the GPU profile (planner.stacks)."""
+    on the GPU profile (planner.stacks). pools: the command takes a cluster of pools
+    (64xH100+128xA100; solve and estimate, from the flags)."""
     from planner.errors import SpecError
 
     unwrap = {k: (v.value if isinstance(v, Enum) else v) for k, v in recipe.items()}
@@ -64,7 +66,7 @@ def inputs(ctx: typer.Context, config: Path | None, model: str | None, cluster: 
             raise SpecError("give --model and --cluster (or --config with a launcher config)")
         model_spec, cluster_spec, job = load_inputs(
             model, cluster, profile, seq_len, global_batch, *(recipe[k] for k in RECIPE_OPTIONS),
-            stack=stack)
+            stack=stack, pools=pools)
         return model_spec, cluster_spec, job, pins, None
     from planner.launchers import read_config, resolve
     from planner.registry import load_gpu

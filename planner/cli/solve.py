@@ -146,13 +146,19 @@ def solve_cmd(
                   tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap)
     # with --config, the config's layout is the one to compare; only typed flags are pinned
     model_spec, cluster_spec, job, current_pins, resolved = inputs(
-        ctx, config, model, cluster, profile, seq_len, global_batch, recipe, pins, stack)
+        ctx, config, model, cluster, profile, seq_len, global_batch, recipe, pins, stack,
+        pools=True)
     comparison = None
     run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
-    check_lr_options(ref_lr, ref_batch)
-    loop = None
     from planner.specs import PooledCluster
 
+    if isinstance(cluster_spec, PooledCluster) and (run_in is not None or export is not None):
+        from planner.errors import SpecError
+
+        raise SpecError("--train-tokens, the run costs and --export are not available on a "
+                        "cluster of pools yet")
+    check_lr_options(ref_lr, ref_batch)
+    loop = None
     if isinstance(cluster_spec, PooledCluster):
         from planner.search.pools import search_pooled
 

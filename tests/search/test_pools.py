@@ -15,7 +15,7 @@ from planner.costmodel import estimate_batch
 from planner.costmodel.pools import estimate_pooled, estimate_pooled_batch
 from planner.errors import SpecError
 from planner.layout import Layout
-from planner.registry import load_gpu, load_model, parse_cluster_or_pools
+from planner.registry import load_gpu, load_model, parse_cluster, parse_cluster_or_pools
 from planner.search.pools import _problem, _tables, pooled_knobs, search_pooled
 from planner.search.problem import RECOMPUTE_LEVELS, normalize_pins
 from planner.search.stages import split_dp, split_width
@@ -36,6 +36,8 @@ def test_grammar_and_yaml(tmp_path):
     assert [p.gpu.name for p in yc.pools] == ["H100-SXM", "A100-SXM4-40GB"]
     assert yc.pools[1].gpus_per_node == 8 and yc.num_gpus == 96
     assert isinstance(parse_cluster_or_pools("128xA100"), ClusterSpec)
+    with pytest.raises(SpecError, match="solve and estimate only"):  # other commands: one GPU
+        parse_cluster("64xH100+128xA100")
     for bad, why in (("64xH100+", "empty pool"), ("64xH100+64xH100", "two pools"),
                      ("64xH100+8xNOPE", "unknown GPU")):
         with pytest.raises(SpecError, match=why):
