@@ -165,6 +165,8 @@ def neighbour_layouts(lo: Layout, num_gpus: int) -> list[tuple[str, Layout]]:
     out: list[tuple[str, Layout]] = []
 
     def add(what: str, **kw: Any) -> None:
+        if lo.stage_layers and ("pp" in kw or "vpp" in kw):
+            kw["stage_layers"] = ()  # another pipeline: the even rule's stages
         new = replace(lo, **kw)
         if new != lo and new.tp * new.pp * new.dp * new.cp == num_gpus:
             out.append((what, new))
@@ -248,7 +250,8 @@ def one_knob_changes(model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
 
 def _knob_diff(a: Layout, b: Layout) -> str:
     da, db = a.as_dict(), b.as_dict()
-    return ", ".join(f"{k} {db[k]} instead of {da[k]}" for k in KNOBS
+    keys = (*KNOBS, "stage_layers") if da["pp"] == db["pp"] else KNOBS  # layers per stage
+    return ", ".join(f"{k} {db[k]} instead of {da[k]}" for k in keys
                      if da[k] != db[k]) or "same knobs"
 
 
