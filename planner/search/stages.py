@@ -268,3 +268,86 @@ def _with_splits(space: Space, found: Mapping[int, tuple[int, ...]]) -> Space:
         col[take] = np.asarray(trial.columns[name])[better]
         columns[name] = col
     return Space(space.model, space.cluster, space.job, all_knobs, columns)
+
+
+def _minmax_block(start: np.ndarray, cost: np.ndarray, allowed: np.ndarray, layers: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Extend best-so-far values `start` (per layers used) over a block of stages (rows of
+    cost/allowed): the new values and each stage's choice (stages, layers + 1)."""
+    best = start.copy()
+    stages, width = cost.shape
+    choice = np.zeros((stages, layers + 1), dtype=np.int64)
+    for i in range(stages):
+        new = np.full(layers + 1, BIG, dtype=np.int64)
+        for n in range(1, min(width, layers) + 1):
+            if not allowed[i, n - 1]:
+                continue
+            prev = best[: layers + 1 - n]
+            cand = np.where(prev >= BIG, BIG, np.maximum(prev, cost[i, n - 1]))
+            better = cand < new[n:]
+            new[n:] = np.where(better, cand, new[n:])
+            choice[i, n:][better] = n
+        best = new
+    return best, choice
+
+
+def _minmax_pools(layers: int, costs: Sequence[np.ndarray], allowed: Sequence[np.ndarray],
+                  pool_stages: Sequence[int]) -> tuple[int, list[int], tuple[int, ...]] | None:
+    """min over pool orders (each pool one block of consecutive stages) and splits of the
+    highest stage cost: dynamic programming over (set of pools placed first, layers), each
+    block by _minmax_block on the pool's own rows at the block's stage positions."""
+    k = len(pool_stages)
+    start = np.full(layers + 1, BIG, dtype=np.int64)
+    start[0] = 0
+    best: dict[int, np.ndarray] = {0: start}
+    # every way into a set: (previous set, pool, its block's choices, the values it gives)
+    back: dict[int, list[tuple[int, int, np.ndarray, np.ndarray]]] = {}
+    for mask in range(1 << k):  # subsets in increasing order: every predecessor done first
+        if mask not in best:
+            continue
+        offset = sum(pool_stages[j] for j in range(k) if mask >> j & 1)
+        for j in range(k):
+            if mask >> j & 1:
+                continue
+            rows = slice(offset, offset + pool_stages[j])
+            vals, choice = _minmax_block(best[mask], costs[j][rows], allowed[j][rows], layers)
+            nxt = mask | 1 << j
+            best[nxt] = np.minimum(best[nxt], vals) if nxt in best else vals
+            back.setdefault(nxt, []).append((mask, j, choice, vals))
+    full = (1 << k) - 1
+    if full not in best or best[full][layers] >= BIG:
+        return None
+    counts: list[int] = []
+    order: list[int] = []
+    mask, left = full, layers
+    while mask:
+        prev, j, choice, _ = next(b for b in back[mask] if b[3][left] == best[mask][left])
+        block = []
+        for i in range(choice.shape[0] - 1, -1, -1):
+            n = int(choice[i, left])
+            block.append(n)
+            left -= n
+        counts = block[::-1] + counts
+        order.insert(0, j)
+        mask = prev
+    return int(best[full][layers]), counts, tuple(order)
+
+
+def split_dp_pools(layers: int, pool_tables: Sequence[SplitProblem],
+                   pool_stages: Sequence[int]) -> tuple[Split, tuple[int, ...]]:
+    """The exact oracle on a cluster of pools: pool_tables[j] is the split problem as if every
+    stage position ran on pool j's GPU (its time, memory and fits rows), pool_stages[j] how many
+    stages pool j holds. Dynamic programming over (pools placed, layers, stages): the lowest
+    slowest stage over every pool order and split, then the lowest peak memory at that time.
+    Returns the split and the pool order (empty split when none fits)."""
+    times = [p.time for p in pool_tables]
+    fits = [p.fits for p in pool_tables]
+    first = _minmax_pools(layers, times, fits, pool_stages)
+    if first is None:
+        return Split(), ()
+    slowest = first[0]
+    second = _minmax_pools(layers, [p.memory for p in pool_tables],
+                           [f & (t <= slowest) for f, t in zip(fits, times, strict=True)],
+                           pool_stages)
+    assert second is not None  # the first phase's split is one
+    return Split(tuple(second[1]), slowest, second[0]), second[2]
