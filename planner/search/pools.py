@@ -138,6 +138,11 @@ def search_pooled(
     from planner.search.stages import Split
 
     pins = normalize_pins(pins)
+    if not pipeline.uniform_layers(model):
+        from planner.errors import SpecError
+
+        raise SpecError(f"{model.name} mixes dense and MoE layers; the search on a cluster of "
+                        "pools needs layers of one kind (estimate takes it with --stage-layers)")
     if pins.get("vpp", 1) != 1:
         raise LayoutError("interleaving (vpp > 1) is not searched on a cluster of pools; "
                           "use --vpp 1")

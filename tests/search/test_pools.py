@@ -136,6 +136,12 @@ def test_split_beats_even_on_unequal_pools():
     assert max(best.estimate.stage_time_s) < max(even.estimate.stage_time_s)
 
 
+def test_mixed_layer_kinds_are_refused_on_pools():
+    pooled = parse_cluster_or_pools("64xH100+64xA100")
+    with pytest.raises(SpecError, match="layers of one kind"):
+        search_pooled(load_model("deepseek-v3"), pooled, JobSpec(seq_len=4096, global_batch=64))
+
+
 def test_cli_solve_and_estimate_on_pools():
     base = [sys.executable, "-m", "planner"]
     args = ["--model", "llama3-8b", "--cluster", "8xH100+16xA100", "--seq-len", "4096",
