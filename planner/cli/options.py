@@ -146,19 +146,24 @@ def layout_pins(**values: Any) -> dict[str, Any]:
 
 
 def parse_stage_layers(text: str | None) -> tuple[int, ...]:
-    """--stage-layers '7,8,8,7' -> (7, 8, 8, 7); SpecError (exit 2) when malformed."""
+    """--stage-layers '7,8,8,7' -> (7, 8, 8, 7); a run may be written COUNTxREPEAT as the
+    tables print it ('7,8x14,7' = 7, fourteen 8s, 7). SpecError (exit 2) when malformed."""
     if text is None:
         return ()
+    import re
+
     from planner.errors import SpecError
 
-    parts = [p.strip() for p in text.split(",")]
-    if not parts or not all(p.isdigit() for p in parts):
-        raise SpecError(f"--stage-layers '{text}': expected positive integers joined by commas "
-                        "(e.g. 7,8,8,7)")
-    counts = tuple(int(p) for p in parts)
+    counts: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        m = re.fullmatch(r"(\d+)(?:\s*[xX*]\s*(\d+))?", part)
+        if m is None or (m.group(2) is not None and int(m.group(2)) < 1):
+            raise SpecError(f"--stage-layers '{text}': expected positive integers joined by "
+                            "commas (e.g. 7,8,8,7 or 7,8x14,7)")
+        counts += [int(m.group(1))] * (int(m.group(2)) if m.group(2) else 1)
     if min(counts) < 1:
         raise SpecError(f"--stage-layers '{text}': every stage needs at least one layer")
-    return counts
+    return tuple(counts)
 
 
 def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | None,

@@ -46,8 +46,20 @@ def test_solve_searches_pins_and_keeps_even(tmp_path):
     assert "-L" in table.output  # the uneven split in the layout label
 
 
+def test_compact_form_as_the_tables_print_it():
+    from planner.cli.options import parse_stage_layers
+
+    assert parse_stage_layers("7,8x14,7") == (7,) + (8,) * 14 + (7,)
+    assert parse_stage_layers(" 8, 9 ,9,6") == (8, 9, 9, 6)
+    result = runner.invoke(app, ["estimate", "--model", "llama3-405b", "--cluster", "16384xH100",
+                                 "--tp", "8", "--stage-layers", "7,8x14,7", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["stage_layers"] == [7] + [8] * 14 + [7]
+
+
 def test_bad_splits_are_one_line_exit_2():
     for args, why in ((["--stage-layers", "8,8,x"], "positive integers"),
+                      (["--stage-layers", "8x0,8"], "positive integers"),
                       (["--stage-layers", "8,8,8,7"], "sums to 31"),
                       (["--stage-layers", "0,16,16"], "at least one layer"),
                       (["--pp", "2", "--stage-layers", "8,8,8,8"], "--pp is 2")):
