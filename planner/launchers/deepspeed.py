@@ -28,6 +28,7 @@ from planner.launchers.common import (
     as_bool,
     as_int,
     unknown_keys,
+    warn_uneven_split,
 )
 
 NAME = "deepspeed"
@@ -143,6 +144,7 @@ def launch_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
 
 def export(plan: LaunchPlan) -> Export:
     warnings: list[str] = []
+    warn_uneven_split(plan, warnings, "DeepSpeed's PipelineModule")
     config = ds_config(plan, warnings)
     args = launch_args(plan, warnings)
     cluster = plan.cluster

@@ -19,6 +19,7 @@ from planner.launchers.common import (
     Imported,
     LaunchPlan,
     as_int,
+    first_last_split,
     unknown_keys,
 )
 
@@ -127,6 +128,10 @@ def layout_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
         # since Megatron-LM ef490839e8 (2025-02-03); older releases take
         # --num-layers-per-virtual-pipeline-stage L/(pp*vpp) (both are read back)
         args.append(("--num-virtual-stages-per-pipeline-rank", lay.vpp))
+    ends = first_last_split(plan, warnings)
+    if ends is not None:  # uneven stages (Megatron-Core arguments.py)
+        args += [("--decoder-first-pipeline-num-layers", ends[0]),
+                 ("--decoder-last-pipeline-num-layers", ends[1])]
     if lay.cp > 1:
         args.append(("--context-parallel-size", lay.cp))
     if lay.ep > 1:

@@ -27,6 +27,7 @@ from planner.launchers.common import (
     LaunchPlan,
     as_bool,
     as_int,
+    first_last_split,
     unknown_keys,
 )
 
@@ -76,6 +77,10 @@ def overrides(plan: LaunchPlan, warnings: list[str]) -> dict[str, dict[str, Any]
         sequence_parallel=lay.sp,
         recompute_granularity=lay.recompute if lay.recompute in ("selective", "full") else None,
     )
+    ends = first_last_split(plan, warnings)
+    if ends is not None:  # uneven stages (TransformerConfig)
+        model.update(num_layers_in_first_pipeline_stage=ends[0],
+                     num_layers_in_last_pipeline_stage=ends[1])
     if lay.recompute == "full":
         model.update(recompute_method="uniform", recompute_num_layers=1)
     if lay.recompute == "offload":

@@ -31,6 +31,7 @@ from planner.launchers.common import (
     as_int,
     shape_of,
     unknown_keys,
+    warn_uneven_split,
 )
 
 NAME = "torchtitan"
@@ -59,6 +60,7 @@ def export(plan: LaunchPlan, form: str = "python") -> Export:
         return export_toml(plan)
     m, lay, job = plan.model, plan.layout, plan.job
     warnings: list[str] = []
+    warn_uneven_split(plan, warnings, "torchtitan")
     flavor = flavor_of(m.name, m.aliases)
     if lay.zero == 1:
         warnings.append("ZeRO-1 has no FSDP2 form: exported as ZeRO-2 (FSDP sharding with "
@@ -171,6 +173,7 @@ def export_toml(plan: LaunchPlan) -> Export:
     torchtitan/config/job_config.py at 9810191bbb03^, layout as its llama3_405b.toml writes it."""
     m, lay, job = plan.model, plan.layout, plan.job
     warnings: list[str] = []
+    warn_uneven_split(plan, warnings, "torchtitan")
     flavor = flavor_of(m.name, m.aliases)
     family, flavor_name = flavor or ("llama3", "CUSTOM")
     if flavor is None:

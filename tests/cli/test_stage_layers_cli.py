@@ -68,3 +68,32 @@ def test_bad_splits_are_one_line_exit_2():
         assert proc.returncode == 2, (args, proc.stderr)
         assert why in proc.stderr and "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_export_writes_first_and_last_stage_layers():
+    """Megatron-LM and Megatron-Bridge take the first and last stage's layers (the others split
+    the rest evenly): Meta's 405B split is 7 / 7; a split that is not first/last-only warns, as
+    do launchers without such settings."""
+    from planner.launchers import export_plan
+    from planner.launchers.common import LaunchPlan
+    from planner.layout import Layout
+    from planner.registry import load_model, parse_cluster
+    from planner.specs import JobSpec
+
+    model, cluster = load_model("llama3-405b"), parse_cluster("16384xH100")
+    job = JobSpec(seq_len=8192, global_batch=2048)
+
+    def plan(counts):  # noqa: ANN001, ANN202
+        return LaunchPlan(model, cluster, job, Layout(tp=8, pp=16, dp=128, zero=1, sp=True,
+                                                      stage_layers=counts), 10.0)
+
+    meta = export_plan("megatron", plan((7,) + (8,) * 14 + (7,)))
+    assert "--decoder-first-pipeline-num-layers 7" in meta.text
+    assert "--decoder-last-pipeline-num-layers 7" in meta.text
+    bridge = export_plan("nemo", plan((6,) + (8,) * 14 + (8,)))
+    assert "num_layers_in_first_pipeline_stage: 6" in bridge.text
+    assert "num_layers_in_last_pipeline_stage: 8" in bridge.text
+    odd = export_plan("megatron", plan((7, 9) + (8,) * 13 + (6,)))
+    assert "decoder-first" not in odd.text and any("first and last" in w for w in odd.warnings)
+    titan = export_plan("torchtitan", plan((6,) + (8,) * 15))
+    assert any("not written" in w for w in titan.warnings)
