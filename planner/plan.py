@@ -19,6 +19,8 @@ PLAN_COLUMNS: tuple[str, ...] = (
     "time_compute_s", "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s", "time_pp_comm_s",
     "time_pp_bubble_s", "time_dp_comm_exposed_s", "time_optimizer_s",
     "mem_weights_gb", "mem_grads_gb", "mem_optimizer_gb", "mem_activations_gb", "mem_other_gb",
+    # added by the open issues (CONTRACT.md "Names the open issues add"), in contract order
+    "step_time_low_s", "step_time_high_s", "tied_with_best",
 )
 TIME_COLUMNS = tuple(c for c in PLAN_COLUMNS if c.startswith("time_"))
 MEM_COLUMNS = tuple(c for c in PLAN_COLUMNS if c.startswith("mem_") and c != "mem_capacity_gb")
@@ -32,10 +34,13 @@ class Plan:
     estimate: Estimate
     rank: int = 0
     run: Any = None  # planner.operations.RunCosts when the user gave --train-tokens
+    # its step-time band overlaps the fastest plan's (planner.search.ties); False for estimate
+    tied_with_best: bool = False
 
     def row(self) -> dict[str, Any]:
         """The plan columns, in contract order, plus any extra columns the estimate carries."""
-        values = {**self.layout.as_dict(), **self.estimate.columns(), "rank": self.rank}
+        values = {**self.layout.as_dict(), **self.estimate.columns(), "rank": self.rank,
+                  "tied_with_best": self.tied_with_best}
         row = {c: values[c] for c in PLAN_COLUMNS}
         row.update({k: v for k, v in values.items() if k not in row})
         if self.run is not None:  # appended after the other columns (contract)

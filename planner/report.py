@@ -119,7 +119,7 @@ def print_plans_table(plans: Sequence[Plan], console: Console, title: str | None
 
     headers = [("#", "right"), ("layout", "left"), ("step s", "right"), ("tok/s/GPU", "right"),
                ("MFU", "right"), ("mem/usable GiB", "right"), ("fits", "center"),
-               ("bubble", "right"), ("comm s", "right")]
+               ("bubble", "right"), ("comm s", "right"), ("tied", "center")]
     rows = []
     for p in plans:
         e = p.estimate
@@ -133,6 +133,7 @@ def print_plans_table(plans: Sequence[Plan], console: Console, title: str | None
             f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu:.1%}",
             f"{e.peak_mem_gb:.1f}/{e.mem_capacity_gb:.1f}", "yes" if e.fits else "no",
             f"{e.time_pp_bubble_s / e.step_time_s:.1%}" if e.step_time_s else "-", f"{comm:.3f}",
+            "=" if p.tied_with_best else "",
         ))
     if any(p.run is not None for p in plans):  # --train-tokens: days and cost of the run
         headers += [("days", "right"), ("GPU-h (M)", "right"), ("$M", "right")]

@@ -1,14 +1,53 @@
-"""Prediction bands: when can two plans be told apart?
+"""Prediction bands: when can two plans be told apart, and which of a tie to prefer?
 
-A calibrated profile carries step_time_rel_error (1 sigma); the cost model turns it into
-step_time_low_s / step_time_high_s on every Estimate. Two plans whose bands overlap cannot be
-ranked with confidence by the model alone.
+Every Estimate carries step_time_low_s / step_time_high_s, the 1-sigma band: the profile's
+calibrated step_time_rel_error, or for a stock profile the cost model's documented error between
+layouts of one job (GpuProfile.step_time_band, docs/accuracy.md "Prediction bands"). Plans whose
+band overlaps the best plan's band are tied with it: the model alone cannot rank them.
+
+Within a tie the planner prefers the plan least sensitive to what the model is least sure of:
+the robustness score is the band's high end plus the exposed communication and pipeline-bubble
+terms once more (robust_step_time_s), then lower memory. numpy only: `solve` uses it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
+
+# The terms the cost model is least sure of. On the held-out published runs, the term diagnosis
+# of benchmarks/accuracy.py (log(measured/predicted) regressed on each term's share of the step;
+# docs/accuracy.md "Prediction bands") finds compute right to 1% (factor 1.006) while the
+# communication and bubble terms need factors of 0.7 (DP exposed) to 3.4 (TP) and 9.8 (PP sends,
+# 0.3% of the step): their error is of the order of the term itself.
+UNCERTAIN_TERMS: tuple[str, ...] = (
+    "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s", "time_pp_comm_s",
+    "time_pp_bubble_s", "time_dp_comm_exposed_s",
+)
+# How much of each uncertain term the robustness score adds: one more time the term (a factor
+# of 2, the middle of the 0.7-3.4 the diagnosis measured on the terms with a visible share).
+UNCERTAIN_TERM_FACTOR = 1.0
+
+
+def robust_step_time(columns: Mapping[str, Any]) -> np.ndarray:
+    """Robustness score of each row of cost columns, seconds (lower is more robust): the band's
+    high end (step_time_high_s, else step_time_s) plus UNCERTAIN_TERM_FACTOR times the exposed
+    communication and bubble terms. Columns a cost function lacks count as 0."""
+    step = np.asarray(columns["step_time_s"], dtype=float)
+    high = np.asarray(columns.get("step_time_high_s", step), dtype=float)
+    uncertain = np.zeros_like(step)
+    for term in UNCERTAIN_TERMS:
+        if term in columns:
+            uncertain = uncertain + np.asarray(columns[term], dtype=float)
+    return high + UNCERTAIN_TERM_FACTOR * uncertain
+
+
+def overlaps_best(low: np.ndarray, high: np.ndarray, best: int) -> np.ndarray:
+    """Rows whose band [low, high] overlaps row `best`'s band (row best included)."""
+    low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
+    return (low <= high[best]) & (high >= low[best])
 
 
 def _band(plan: Any) -> tuple[float, float]:
@@ -20,15 +59,10 @@ def _band(plan: Any) -> tuple[float, float]:
 
 
 def plans_indistinguishable(plans: Sequence[Any]) -> int:
-    """How many of the ranked `plans` (the best one included) have a step-time band that overlaps
-    the best plan's band: 1 means the winner is clear; k means plans 1..k cannot be told apart.
-    0 for an empty list. Without bands (uncalibrated profile) only exact ties count."""
+    """How many of the ranked `plans` (the first one included) have a step-time band that
+    overlaps the first plan's band: 1 means the winner is clear; k means k plans cannot be told
+    apart. 0 for an empty list. Without bands only exact ties count."""
     if not plans:
         return 0
-    best_low, best_high = _band(plans[0])
-    count = 0
-    for plan in plans:
-        low, high = _band(plan)
-        if low <= best_high and high >= best_low:
-            count += 1
-    return count
+    bands = np.array([_band(p) for p in plans])
+    return int(overlaps_best(bands[:, 0], bands[:, 1], 0).sum())

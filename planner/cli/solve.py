@@ -131,7 +131,7 @@ def solve_cmd(
     out: OutOpt = None,
 ) -> None:
     """Search the layouts (CP-SAT) and print the best that fit, ranked by predicted step time."""
-    from planner.search import solve
+    from planner.search import search
     from planner.stacks import resolve_stack
 
     preset = resolve_stack(stack)
@@ -175,14 +175,17 @@ def solve_cmd(
         loop = closed_loop(model_spec, cluster_spec, job, pins, calibrate, runs, top_k=top,
                            profile_out=profile_out, stack=preset)
         plans = loop.plans_after
+        tied_total = sum(p.tied_with_best for p in plans)
     elif resolved is not None:
         from planner.launchers.solve_config import compare_config
 
         plans, comparison = compare_config(model_spec, cluster_spec, job, pins, current_pins,
                                            top)
+        tied_total = sum(p.tied_with_best for p in plans)
     else:
-        plans = solve(model_spec, cluster_spec, job, pins, top_k=top,
-                      stage_layers=parse_stage_layers(stage_layers), even_stages=even_stages)
+        result = search(model_spec, cluster_spec, job, pins, top_k=top,
+                        stage_layers=parse_stage_layers(stage_layers), even_stages=even_stages)
+        plans, tied_total = result.plans(), result.tied_total
     plans = with_runs(plans, model_spec, cluster_spec, run_in)
     from planner import report
 
@@ -212,15 +215,17 @@ def solve_cmd(
     report.print_plans_table(plans, console, title=title)
     if plans:
         report.print_run_notes(plans[0], run_in, ref_lr, ref_batch, console)
-    from planner.calibrate.bands import plans_indistinguishable
-
-    tied = plans_indistinguishable(plans)
-    if tied > 1:
+    if tied_total > 1:
+        shown = sum(p.tied_with_best for p in plans)
         best = plans[0].estimate
         rel = (best.step_time_high_s - best.step_time_low_s) / (2 * best.step_time_s)
+        calibrated = loop is not None or cluster_spec.gpu.step_time_rel_error is not None
+        source = "the profile's calibrated" if calibrated else "the stock model's"
         console.print(
-            f"plans 1-{tied} cannot be told apart: their step times lie within the profile's "
-            f"+/-{rel:.0%} band of the best" if rel else f"plans 1-{tied} tie on step time"
+            f"{tied_total} layouts tie with the fastest ({shown} shown, marked '='): their "
+            f"step-time bands overlap ({source} +/-{rel:.1%}, 1 sigma); within the tie the "
+            "ranking prefers the layout least exposed to communication and bubble time, then "
+            "lower memory (docs/ranking.md)"
         )
     if comparison is not None:
         from planner.launchers.compare import describe

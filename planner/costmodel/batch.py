@@ -312,7 +312,7 @@ def _assemble(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs,
     model_flops = compute.model_flops_per_step(model, s, batch)
     hw_flops = model_flops + compute.recompute_flops_per_step(model, s, batch, x.rc)
     peak = gpu.peak_flops(job.precision)
-    rel = gpu.step_time_rel_error or 0.0
+    rel = gpu.step_time_band  # calibrated, else the stock model's documented error
     cap = gpu.usable_memory_gib
     peak_mem = at(total, peak_stage) / GIB
     return {

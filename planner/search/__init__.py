@@ -72,6 +72,8 @@ class SearchResult:
     indices: list[int]
     objectives: list[int]
     timings: dict[str, float] = field(default_factory=dict)
+    tied: list[bool] = field(default_factory=list)  # per index: tied with the fastest plan
+    tied_total: int = 1  # eligible layouts of the whole space tied with the fastest (>= 1)
 
     def plans(self) -> list[Plan]:
         """Plans (layout + Estimate from the space's cost columns), ranked from 1."""
@@ -79,10 +81,11 @@ class SearchResult:
         from planner.plan import Plan
 
         layers = self.space.model.num_hidden_layers
+        tied = self.tied or [r == 0 for r in range(len(self.indices))]
         return [
             Plan(with_stage_layers(self.space.layout(i), layers),
-                 Estimate.from_batch(self.space.columns, i), rank=r)
-            for r, i in enumerate(self.indices, 1)
+                 Estimate.from_batch(self.space.columns, i), rank=r, tied_with_best=bool(t))
+            for r, (i, t) in enumerate(zip(self.indices, tied, strict=True), 1)
         ]
 
 
@@ -142,7 +145,31 @@ def search(
         from planner.search.diagnose import diagnose
 
         raise diagnose(space, pins, config=config, batch_cost=batch_cost)
-    return SearchResult(space, selection.indices, selection.objectives, timings)
+    t4 = time.perf_counter()
+    indices, tied, tied_total = _rank_ties(space, pins, top_k, selection.indices, config)
+    timings["ties_s"] = time.perf_counter() - t4
+    objectives = [int(space.keys[i]) for i in indices]
+    return SearchResult(space, indices, objectives, timings, tied, tied_total)
+
+
+def _rank_ties(space: Space, pins: Mapping[str, Any], top_k: int, by_time: list[int],
+               config: SolverConfig | None) -> tuple[list[int], list[bool], int]:
+    """The final ranking (planner.search.ties): the layouts tied with the fastest, chosen and
+    ordered by a second CP-SAT selection on the robustness keys, then the rest by the objective.
+    Returns (indices, tied flag per index, size of the whole tie)."""
+    from planner.search import ties
+    from planner.search.cpsat import SelectionModel
+
+    eligible = space.pin_mask(pins) & space.fits
+    group = ties.tie_group(space, eligible, by_time[0])
+    total = int(group.sum())
+    if total > 1:
+        keys = ties.robust_keys(space, group)
+        robust = SelectionModel(space, pins, top_k, config, keys=keys, allowed=group).solve()
+        indices = ties.merge(robust.indices, by_time, group, top_k)
+    else:
+        indices = list(by_time)
+    return indices, [bool(group[i]) for i in indices], total
 
 
 def _pin_split(model: ModelSpec, pins: dict[str, Any], counts: Sequence[int]) -> dict[str, Any]:

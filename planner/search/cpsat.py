@@ -287,13 +287,19 @@ class SelectionModel:
     """Top-K selection over an evaluated space (module docstring 2); variable i is row i."""
 
     def __init__(
-        self, space: Space, pins: Mapping[str, Any], top_k: int, config: SolverConfig | None = None
+        self, space: Space, pins: Mapping[str, Any], top_k: int, config: SolverConfig | None = None,
+        keys: np.ndarray | None = None, allowed: np.ndarray | None = None,
     ) -> None:
+        """keys: another order than space.keys (the tie's robustness order, planner.search.ties);
+        allowed: choose only among these rows (the tie)."""
         self.space, self.pins, self.top_k = space, dict(pins), top_k
+        self.keys = space.keys if keys is None else np.asarray(keys, dtype=np.int64)
         self.config = config or SolverConfig()
         self.model = Proto()
         self.proto = self.model.proto
         self._excluded = np.zeros(len(space), dtype=bool)
+        if allowed is not None:
+            self._excluded |= ~np.asarray(allowed, dtype=bool)
         self._add_pins()
         self._add_memory_limit()
         self._add_choice_variables()
@@ -327,10 +333,10 @@ class SelectionModel:
 
     def _add_objective(self) -> None:
         # sum of the chosen objective values: step time, then memory, then crossing groups
-        keys = self.space.keys
-        if len(keys) and int(keys.max()) * max(self.top_k, 1) >= INT64_SAFE:
-            raise OverflowError("objective out of int64 range; raise problem.TIME_UNIT_S")
+        keys = self.keys
         free = np.flatnonzero(~self._excluded)  # the others are 0 and add nothing
+        if len(free) and int(keys[free].max()) * max(self.top_k, 1) >= INT64_SAFE:
+            raise OverflowError("objective out of int64 range; raise problem.TIME_UNIT_S")
         self.proto.objective.vars.extend(free.tolist())
         self.proto.objective.coeffs.extend(keys[free].tolist())
 
@@ -358,9 +364,9 @@ class SelectionModel:
         if response.status == OPTIMAL:
             values = np.asarray(response.solution, dtype=np.int64)
             picked = np.flatnonzero(values[: len(self.space)]).tolist()
-            rows = sorted(picked, key=lambda i: (int(self.space.keys[i]), self._row(i)))
+            rows = sorted(picked, key=lambda i: (int(self.keys[i]), self._row(i)))
             out.indices = rows
-            out.objectives = [int(self.space.keys[i]) for i in rows]
+            out.objectives = [int(self.keys[i]) for i in rows]
         out.wall_s = time.perf_counter() - start
         return out
 

@@ -12,8 +12,10 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+from planner.calibrate.bands import UNCERTAIN_TERMS
 from planner.cli import app
 from planner.plan import MEM_COLUMNS, PLAN_COLUMNS, TIME_COLUMNS
+from planner.specs.hardware import STOCK_STEP_TIME_REL_ERROR
 
 runner = CliRunner()
 BASE = ["solve", "--model", "llama70b", "--cluster", "128xA100"]
@@ -34,8 +36,18 @@ def test_csv_has_the_contract_columns_and_ranked_valid_plans(tmp_path):
         rows = list(reader)
     assert list(reader.fieldnames or [])[: len(PLAN_COLUMNS)] == list(PLAN_COLUMNS)
     assert [r["rank"] for r in rows] == ["1", "2", "3", "4", "5"]
-    times = [float(r["step_time_s"]) for r in rows]
+    # tied plans first (their bands overlap the fastest's), in robustness order; the rest by
+    # step time (planner.search.ties)
+    tied = [r["tied_with_best"] == "True" for r in rows]
+    assert tied == sorted(tied, reverse=True)
+    robust = [float(r["step_time_high_s"]) + sum(float(r[c]) for c in UNCERTAIN_TERMS)
+              for r, t in zip(rows, tied, strict=True) if t]
+    assert robust == sorted(robust)
+    times = [float(r["step_time_s"]) for r, t in zip(rows, tied, strict=True) if not t]
     assert times == sorted(times)
+    fastest_high = min(float(r["step_time_s"]) for r in rows) * (1 + STOCK_STEP_TIME_REL_ERROR)
+    for r, t in zip(rows, tied, strict=True):
+        assert (float(r["step_time_low_s"]) <= fastest_high) == t
     for r in rows:
         tp, pp, dp, cp = (int(r[k]) for k in ("tp", "pp", "dp", "cp"))
         assert tp * pp * dp * cp == 128

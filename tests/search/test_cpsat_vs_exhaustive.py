@@ -10,9 +10,14 @@ import numpy as np
 import pytest
 
 from planner.errors import InfeasibleError, LayoutError
-from planner.search import build_space, search
+from planner.search import build_space, search, ties
 from planner.search.cpsat import SelectionModel, StructureModel
-from planner.search.exhaustive import enumerate_structures, exhaustive_space, exhaustive_top_k
+from planner.search.exhaustive import (
+    enumerate_structures,
+    exhaustive_ranking,
+    exhaustive_space,
+    exhaustive_top_k,
+)
 from planner.search.problem import RECOMPUTE_LEVELS, knob_domains
 from tests.search.standin import make_cluster, make_gpu, make_job, make_model, standin_batch
 
@@ -61,9 +66,17 @@ def random_pins(rng: random.Random, space) -> dict:
     return pins
 
 
+def _ranking_keys(space, indices, tied) -> list[int]:
+    """Each ranked row's order key: the robustness key inside the tie, the objective after."""
+    group = np.zeros(len(space), dtype=bool)
+    group[[i for i, t in zip(indices, tied, strict=True) if t]] = True
+    robust = ties.robust_keys(space, group)
+    return [int(robust[i] if t else space.keys[i]) for i, t in zip(indices, tied, strict=True)]
+
+
 def test_structures_and_top_k_match_the_oracle() -> None:
     rng = random.Random(20261122)
-    compared = nonempty = 0
+    compared = nonempty = ties_seen = reordered = 0
     for _ in range(NUM_PROBLEMS):
         model, cluster, job = random_problem(rng)
         space = build_space(model, cluster, job, {}, batch_cost=standin_batch)
@@ -81,10 +94,20 @@ def test_structures_and_top_k_match_the_oracle() -> None:
         assert selection.objectives == [int(oracle_space.keys[i]) for i in oracle]
         assert sorted(selection.objectives) == selection.objectives
         assert len(set(selection.indices)) == len(selection.indices)  # distinct plans
+        if oracle:  # the final ranking with ties: CP-SAT's second selection against sorting
+            ranked, tied = exhaustive_ranking(oracle_space, pins, top_k)
+            result = search(model, cluster, job, pins, top_k, batch_cost=standin_batch)
+            assert result.tied == tied
+            # equal keys may pick different layouts at the K-th place: compare the keys
+            assert _ranking_keys(result.space, result.indices, result.tied) == _ranking_keys(
+                oracle_space, ranked, tied)
+            ties_seen += sum(tied) > 1
+            reordered += ranked != oracle[: len(ranked)]
         compared += 1
         nonempty += bool(oracle)
     assert compared == NUM_PROBLEMS
     assert nonempty > NUM_PROBLEMS // 3  # the problems are not all trivially infeasible
+    assert ties_seen > 10 and reordered > 5  # ties, and robustness reorders some of them
 
 
 def test_space_counts_by_hand() -> None:

@@ -1,0 +1,63 @@
+"""Ties in the ranking: the layouts the model cannot tell from the fastest, and their order.
+
+The fastest eligible layout (by the objective of planner.search.problem: step time, memory,
+crossing groups) defines the tie: every eligible layout whose step-time band overlaps its band
+(planner.calibrate.bands.overlaps_best) is tied with it. Tied layouts are ranked first, by the
+robustness score (bands.robust_step_time: the band's high end plus the terms the model is least
+sure of), then lower memory, then fewer groups crossing nodes (robust_keys); the others follow in
+the objective's order. The CP-SAT search (planner.search.search) and the exhaustive oracle
+(planner.search.exhaustive.exhaustive_ranking) both rank through these functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from planner.calibrate.bands import overlaps_best, robust_step_time
+from planner.search.problem import OBJECTIVE_SUM_LIMIT, Space, scale_time
+
+
+def bands(space: Space) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) step-time band of every row, seconds: the cost columns', else the profile's
+    relative band around step_time_s (a cost function without band columns)."""
+    step = np.asarray(space.columns["step_time_s"], dtype=float)
+    rel = space.cluster.gpu.step_time_band
+    low = np.asarray(space.columns.get("step_time_low_s", step * (1 - rel)), dtype=float)
+    high = np.asarray(space.columns.get("step_time_high_s", step * (1 + rel)), dtype=float)
+    return low, high
+
+
+def tie_group(space: Space, eligible: np.ndarray, best: int) -> np.ndarray:
+    """Boolean mask: eligible rows whose band overlaps row `best`'s (best included)."""
+    low, high = bands(space)
+    return np.asarray(eligible, dtype=bool) & overlaps_best(low, high, best)
+
+
+def robust_keys(space: Space, rows: np.ndarray) -> np.ndarray:
+    """Integer order key of each row (int64, lower first): the robustness score in the space's
+    time unit (coarsened by tens while the rows' sum could leave int64, as the space's own
+    keys), then memory, then crossing groups; the same weights as Space.keys."""
+    cols = {k: v for k, v in space.columns.items()}
+    low, high = bands(space)
+    cols["step_time_high_s"] = high
+    robust = robust_step_time(cols)
+    wt, wm = space.objective_weights
+    mem = np.minimum(space.mem_units, space.cap_units + 1)
+    unit = space.time_unit_s
+    rows = np.asarray(rows, dtype=bool)
+    while True:
+        units = scale_time(robust, unit)
+        keys = units * wt + mem * wm + space.crossing
+        if float(np.sum(keys[rows], dtype=float)) < OBJECTIVE_SUM_LIMIT:
+            return keys
+        unit *= 10
+
+
+def merge(tied_order: Sequence[int], time_order: Sequence[int], tied: np.ndarray,
+          top_k: int) -> list[int]:
+    """The ranking: the tied rows in robustness order, then the other rows of `time_order`
+    (the objective's order), at most top_k."""
+    rest = [int(i) for i in time_order if not tied[int(i)]]
+    return [int(i) for i in tied_order][:top_k] + rest[: max(0, top_k - len(tied_order))]
