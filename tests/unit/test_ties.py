@@ -1,0 +1,81 @@
+"""Ties: bands that overlap the fastest plan's, the robustness order inside a tie, the stock band."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner import JobSpec, Layout, estimate, load_model, parse_cluster
+from planner.calibrate.bands import overlaps_best, plans_indistinguishable, robust_step_time
+from planner.search import build_space, search
+from planner.specs.hardware import STOCK_STEP_TIME_REL_ERROR
+
+
+def test_robust_score_by_hand() -> None:
+    # high end 11 s + (tp 1 + pp 0.5 + bubble 2 + dp 0.25) s of uncertain terms = 14.75 s;
+    # compute and the optimizer do not count
+    cols = {"step_time_s": np.array([10.0]), "step_time_high_s": np.array([11.0]),
+            "time_compute_s": np.array([6.0]), "time_tp_comm_s": np.array([1.0]),
+            "time_pp_comm_s": np.array([0.5]), "time_pp_bubble_s": np.array([2.0]),
+            "time_dp_comm_exposed_s": np.array([0.25]), "time_optimizer_s": np.array([0.25])}
+    assert robust_step_time(cols)[0] == pytest.approx(14.75)
+    # without a band column the score starts from the step time
+    assert robust_step_time({"step_time_s": np.array([3.0])})[0] == pytest.approx(3.0)
+
+
+def test_overlap_by_hand() -> None:
+    low, high = np.array([9.0, 10.5, 11.1, 8.0]), np.array([11.0, 12.0, 13.0, 8.9])
+    # row 0 = [9, 11]: [10.5, 12] overlaps, [11.1, 13] does not, [8, 8.9] does not
+    assert overlaps_best(low, high, 0).tolist() == [True, True, False, False]
+
+
+def test_stock_profile_band_is_the_documented_error() -> None:
+    model, cluster = load_model("llama2-7b"), parse_cluster("8xH100")
+    est = estimate(model, cluster, JobSpec(seq_len=4096, global_batch=64),
+                   Layout(tp=2, dp=4, zero=1, recompute="selective", sp=True))
+    assert cluster.gpu.step_time_rel_error is None
+    assert est.step_time_low_s == pytest.approx(est.step_time_s * (1 - 0.069))
+    assert est.step_time_high_s == pytest.approx(est.step_time_s * (1 + 0.069))
+    assert STOCK_STEP_TIME_REL_ERROR == 0.069
+
+
+def test_tie_group_and_robust_first_on_the_real_model() -> None:
+    """Llama 2 70B on 128 A100: the tie counted by hand over the evaluated space (fitting
+    layouts whose low end is at most the fastest's high end: bands are t(1 -+ r)), and the first
+    plan is the tie's most robust layout (argmin of the score over the whole tie)."""
+    model, cluster = load_model("llama70b"), parse_cluster("128xA100")
+    job = JobSpec(seq_len=4096, global_batch=1024)
+    result = search(model, cluster, job, {}, 10)
+    space = build_space(model, cluster, job, {})
+    cols = {k: np.asarray(v) for k, v in space.columns.items()}
+    fits = cols["fits"].astype(bool)
+    t = cols["step_time_s"]
+    r = STOCK_STEP_TIME_REL_ERROR
+    fastest = t[fits].min()
+    tie = fits & (t * (1 - r) <= fastest * (1 + r))
+    assert result.tied_total == int(tie.sum()) > 10
+    score = robust_step_time(cols)
+    plans = result.plans()
+    assert all(p.tied_with_best for p in plans)  # more tied layouts than plans shown
+    first = plans[0].estimate
+    expected = score[tie].min()
+    got = first.step_time_high_s + sum(getattr(first, c) for c in (
+        "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s", "time_pp_comm_s",
+        "time_pp_bubble_s", "time_dp_comm_exposed_s"))
+    assert got == pytest.approx(expected, rel=1e-6)
+    # the fastest layout is not the most robust one here: the order is not the step time's
+    assert first.step_time_s > fastest
+    assert plans_indistinguishable(plans) == 10
+
+
+def test_a_clear_winner_is_alone() -> None:
+    """A calibrated profile with a tiny band: nothing ties, the order is the step time's."""
+    model = load_model("llama2-7b")
+    cluster = parse_cluster("8xH100")
+    gpu = cluster.gpu.model_copy(update={"step_time_rel_error": 1e-6})
+    cluster = cluster.model_copy(update={"gpu": gpu})
+    result = search(model, cluster, JobSpec(seq_len=4096, global_batch=64), {}, 5)
+    plans = result.plans()
+    assert result.tied_total == 1 and [p.tied_with_best for p in plans] == [True] + [False] * 4
+    times = [p.estimate.step_time_s for p in plans]
+    assert times == sorted(times)
