@@ -4,17 +4,22 @@
     result = closed_loop(model, cluster, job, pins={}, n=3, runs_path="runs.jsonl")
     result.winner_changed, result.plans_after[0], result.fit.profile
 
-Each of the top `n` plans of `solve` runs for real through planner.validate's launcher (one
-torchrun per plan, records appended to `runs_path`); the profile is fitted to those runs
-(planner.calibrate.calibrate) and the search runs again with the fitted profile.
+The `n` plans that best separate the tie of `solve` (choose_calibration_plans: the first plan,
+then the tied plans that differ most in what drives their step times) run for real through
+planner.validate's launcher (one torchrun per plan, records appended to `runs_path`); the
+profile is fitted to those runs (planner.calibrate.calibrate) and the search runs again with
+the fitted profile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from planner.calibrate.fit import FitResult, calibrate, profile_yaml
 from planner.errors import PlannerError
@@ -25,6 +30,8 @@ from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 # validate_run(model, cluster, job, layout, runs_path) appends one record to runs_path
 ValidateRun = Callable[[ModelSpec, ClusterSpec, JobSpec, Layout, Path], Any]
+# the loop chooses its n runs among the first 4 n ranked plans (or the shown top_k, if more)
+CANDIDATES_PER_RUN = 4
 
 
 @dataclass
@@ -43,6 +50,57 @@ class ClosedLoopResult:
     def winner_changed(self) -> bool:
         """True when the fitted profile ranks a different layout first."""
         return self.plans_before[0].layout != self.plans_after[0].layout
+
+
+# How far apart two plans are in what drives their predicted step times: the share of the step
+# each time term takes (the refit's knobs act on these terms: GEMM efficiency on compute,
+# bus bandwidth on the collectives, dp_overlap on the exposed DP time, ...). Layout knobs (log2
+# degrees, micro-batch, ZeRO, recompute, SP) only break ties between plans with the same shares.
+KNOB_TIEBREAK_WEIGHT = 1e-3
+
+
+def _features(plan: Plan) -> tuple[np.ndarray, np.ndarray]:
+    """(time-term shares, layout knobs) of a plan, for choose_calibration_plans."""
+    from planner.plan import TIME_COLUMNS
+    from planner.search.problem import RECOMPUTE_LEVELS
+
+    est, lay = plan.estimate, plan.layout
+    step = float(est.step_time_s) or 1.0
+    shares = np.array([float(getattr(est, c)) / step for c in TIME_COLUMNS])
+    knobs = np.array([*(math.log2(getattr(lay, k)) for k in ("tp", "pp", "dp", "cp", "ep",
+                                                             "vpp", "mbs")),
+                      lay.zero, RECOMPUTE_LEVELS.index(lay.recompute), float(lay.sp)])
+    return shares, knobs
+
+
+def choose_calibration_plans(plans: Sequence[Plan], n: int) -> list[Plan]:
+    """The n plans of a ranking (best first) whose measurements best separate the tie: the first
+    plan (what the user would run), then, one at a time, the plan tied with the best
+    (Plan.tied_with_best) that differs most from those already chosen in the share of its step
+    each time term takes (farthest point: the largest L1 distance to its nearest chosen plan;
+    layout knobs break equal shares, then the rank). Once the tie is exhausted the untied plans
+    follow by the same rule. Fewer than n plans given: all of them, in rank order."""
+    if n < 1:
+        raise PlannerError("--calibrate N needs N >= 1 plans to validate")
+    plans = list(plans)
+    if len(plans) <= n:
+        return plans
+    feats = [_features(p) for p in plans]
+
+    def distance(i: int, j: int) -> float:
+        (si, ki), (sj, kj) = feats[i], feats[j]
+        return float(np.abs(si - sj).sum() + KNOB_TIEBREAK_WEIGHT * np.abs(ki - kj).sum())
+
+    chosen = [0]
+    tied = [i for i in range(1, len(plans)) if plans[i].tied_with_best]
+    rest = [i for i in range(1, len(plans)) if not plans[i].tied_with_best]
+    for pool in (tied, rest):
+        pool = list(pool)
+        while pool and len(chosen) < n:
+            best = max(pool, key=lambda i: (min(distance(i, j) for j in chosen), -i))
+            chosen.append(best)
+            pool.remove(best)
+    return [plans[i] for i in sorted(chosen)]
 
 
 def default_validate_run(steps: int = 4, warmup: int = 1, timeout_s: float = 600.0,
@@ -67,7 +125,8 @@ def closed_loop(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
                 n: int, runs_path: str | Path, *, top_k: int = 10,
                 profile_out: str | Path | None = None,
                 validate_run: ValidateRun | None = None, stack: Any = None) -> ClosedLoopResult:
-    """Validate the top `n` plans of solve(model, cluster, job, pins) on this machine, fit
+    """Validate `n` plans of solve(model, cluster, job, pins) on this machine (the first and
+    those that best separate its tie: choose_calibration_plans), fit
     cluster.gpu to the measured step times, solve again with the fitted profile, and return both
     rankings. Records are appended to `runs_path`; only this call's records are fitted. The
     fitted profile is written to `profile_out` when given. With `stack` (a StackPreset, as
@@ -80,10 +139,14 @@ def closed_loop(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
         raise PlannerError("--calibrate N needs N >= 1 plans to validate")
     runs_path = Path(runs_path)
     validate_run = validate_run or default_validate_run()
-    # even splits: the run records carry the degrees, not the layers per stage
-    plans_before = solve(model, cluster, job, pins, top_k=max(top_k, n), even_stages=True)
+    # the candidates: the tie (or the top plans) beyond what is shown, so that the runs can
+    # spread over it (choose_calibration_plans); even splits: the run records carry the
+    # degrees, not the layers per stage
+    candidates = solve(model, cluster, job, pins, top_k=max(top_k, CANDIDATES_PER_RUN * n),
+                       even_stages=True)
+    plans_before = candidates[:top_k]
     already = _count_lines(runs_path)
-    validated = [plan.layout for plan in plans_before[:n]]
+    validated = [plan.layout for plan in choose_calibration_plans(candidates, n)]
     for layout in validated:
         validate_run(model, cluster, job, layout, runs_path)
     runs, skipped = load_records(runs_path, cluster.gpu)
@@ -108,7 +171,7 @@ def closed_loop(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
 
         path = Path(profile_out)
         write_text_atomic(path, profile_yaml(fit.profile))
-    return ClosedLoopResult(list(plans_before[:top_k]), list(plans_after), fit, validated,
+    return ClosedLoopResult(list(plans_before), list(plans_after), fit, validated,
                             skipped, runs_path, path)
 
 

@@ -1,4 +1,4 @@
-"""Ties: bands that overlap the fastest plan's, the robustness order inside a tie, the stock band."""
+"""Ties: bands overlapping the fastest plan's, the robustness order inside a tie, the stock band."""
 
 from __future__ import annotations
 
