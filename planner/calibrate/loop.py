@@ -124,7 +124,8 @@ def default_validate_run(steps: int = 4, warmup: int = 1, timeout_s: float = 600
 def closed_loop(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any],
                 n: int, runs_path: str | Path, *, top_k: int = 10,
                 profile_out: str | Path | None = None,
-                validate_run: ValidateRun | None = None, stack: Any = None) -> ClosedLoopResult:
+                validate_run: ValidateRun | None = None, stack: Any = None,
+                tp_across_nodes: bool = False) -> ClosedLoopResult:
     """Validate `n` plans of solve(model, cluster, job, pins) on this machine (the first and
     those that best separate its tie: choose_calibration_plans), fit
     cluster.gpu to the measured step times, solve again with the fitted profile, and return both
@@ -143,7 +144,7 @@ def closed_loop(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
     # spread over it (choose_calibration_plans); even splits: the run records carry the
     # degrees, not the layers per stage
     candidates = solve(model, cluster, job, pins, top_k=max(top_k, CANDIDATES_PER_RUN * n),
-                       even_stages=True)
+                       even_stages=True, tp_across_nodes=tp_across_nodes)
     plans_before = candidates[:top_k]
     already = _count_lines(runs_path)
     validated = [plan.layout for plan in choose_calibration_plans(candidates, n)]
@@ -164,7 +165,8 @@ def closed_loop(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
         fit = calibrate(cluster.gpu, runs, layouts=[r.layout for r in runs],
                         cross_validate=len(runs) >= 3)
     fitted_cluster = cluster.model_copy(update={"gpu": fit.profile})
-    plans_after = solve(model, fitted_cluster, job, pins, top_k=top_k, even_stages=True)
+    plans_after = solve(model, fitted_cluster, job, pins, top_k=top_k, even_stages=True,
+                        tp_across_nodes=tp_across_nodes)
     path = None
     if profile_out is not None:
         from planner.io import write_text_atomic

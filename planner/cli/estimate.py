@@ -152,6 +152,10 @@ def estimate_cmd(
         plan = Plan(layout=with_stage_layers(layout, model_spec.num_hidden_layers), estimate=est)
     plan = with_runs([plan], model_spec, cluster_spec, run_in)[0]
     from planner import report
+    from planner.costmodel.checks import layout_warnings
+
+    for line in layout_warnings(cluster_spec, layout):
+        typer.echo(f"warning: {line}", err=True)
 
     if csv is not None:
         report.write_plans_csv([plan], csv)

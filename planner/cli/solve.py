@@ -81,6 +81,14 @@ RunsOpt = Annotated[
     Path,
     typer.Option("--runs", help="With --calibrate: run records are appended here."),
 ]
+TpAcrossNodesOpt = Annotated[
+    bool,
+    typer.Option(
+        "--tp-across-nodes",
+        help="Also search tp beyond the NVLink domain (its collectives over the scale-out "
+        "network); by default tp stays inside one domain.",
+    ),
+]
 ProfileOutOpt = Annotated[
     Path | None,
     typer.Option("--profile-out", help="With --calibrate: write the fitted profile here."),
@@ -129,6 +137,7 @@ def solve_cmd(
     profile_out: ProfileOutOpt = None,
     export: ExportOpt = None,
     out: OutOpt = None,
+    tp_across_nodes: TpAcrossNodesOpt = False,
 ) -> None:
     """Search the layouts (CP-SAT) and print the best that fit, ranked by predicted step time."""
     from planner.search import search
@@ -173,7 +182,8 @@ def solve_cmd(
         from planner.calibrate import closed_loop
 
         loop = closed_loop(model_spec, cluster_spec, job, pins, calibrate, runs, top_k=top,
-                           profile_out=profile_out, stack=preset)
+                           profile_out=profile_out, stack=preset,
+                           tp_across_nodes=tp_across_nodes)
         plans = loop.plans_after
         tied_total = sum(p.tied_with_best for p in plans)
     elif resolved is not None:
@@ -184,7 +194,8 @@ def solve_cmd(
         tied_total = sum(p.tied_with_best for p in plans)
     else:
         result = search(model_spec, cluster_spec, job, pins, top_k=top,
-                        stage_layers=parse_stage_layers(stage_layers), even_stages=even_stages)
+                        stage_layers=parse_stage_layers(stage_layers), even_stages=even_stages,
+                        tp_across_nodes=tp_across_nodes)
         plans, tied_total = result.plans(), result.tied_total
     plans = with_runs(plans, model_spec, cluster_spec, run_in)
     from planner import report
@@ -215,6 +226,12 @@ def solve_cmd(
     report.print_plans_table(plans, console, title=title)
     if plans:
         report.print_run_notes(plans[0], run_in, ref_lr, ref_batch, console)
+    from planner.costmodel.checks import layout_warnings
+
+    crossing = [p.rank for p in plans if layout_warnings(cluster_spec, p.layout)]
+    if crossing:
+        console.print(f"warning: plans {', '.join(map(str, crossing))} run tp across NVLink "
+                      "domains (over the scale-out network)")
     if tied_total > 1:
         shown = sum(p.tied_with_best for p in plans)
         best = plans[0].estimate

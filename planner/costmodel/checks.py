@@ -1,5 +1,7 @@
 """Structural checks of a layout against a model, cluster and job: readable reasons, empty when
-the layout can run (memory is not checked here: a layout that does not fit is still estimated)."""
+the layout can run (memory is not checked here: a layout that does not fit is still estimated).
+TP beyond the NVLink domain can run (over the scale-out network): layout_warnings says so, and
+the search leaves it out unless asked (tp_allowed's across_domains)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,30 @@ from planner.layout import Layout
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 
-def tp_allowed(model: ModelSpec, cluster: ClusterSpec, tp: int) -> bool:
-    """tp within the scale-up domain, dividing the query heads, and dividing or a multiple of the
-    key/value heads (Megatron replicates KV heads when tp > kv)."""
+def tp_allowed(model: ModelSpec, cluster: ClusterSpec, tp: int,
+               across_domains: bool = False) -> bool:
+    """tp dividing the query heads, dividing or a multiple of the key/value heads (Megatron
+    replicates KV heads when tp > kv), and within the scale-up domain unless `across_domains`
+    (`solve --tp-across-nodes`)."""
     heads, kv = model.num_attention_heads, model.kv_heads
-    return tp <= cluster.domain_gpus and heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
+    inside = across_domains or tp <= cluster.domain_gpus
+    return inside and heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
+
+
+def layout_warnings(cluster: ClusterSpec, layout: Layout) -> list[str]:
+    """What a layout that can run does at a cost worth saying, one line each: a TP group larger
+    than the scale-up (NVLink) domain runs its per-layer collectives over the scale-out network
+    (the cost model charges them hierarchically on the NICs: planner.costmodel.comm)."""
+    out: list[str] = []
+    domain = cluster.domain_gpus
+    if layout.tp > domain:
+        gpu = cluster.gpu
+        out.append(
+            f"tp={layout.tp} spans {-(-layout.tp // domain)} NVLink domains of {domain} GPUs: "
+            f"its per-layer collectives cross the scale-out network ({gpu.inter_node.fabric}), "
+            "estimated hierarchically; solve keeps tp inside a domain unless --tp-across-nodes"
+        )
+    return out
 
 
 def offload_allowed(cluster: ClusterSpec) -> bool:
@@ -81,8 +102,6 @@ def layout_violations(
             f"tp*pp*dp*cp = {lo.tp}*{lo.pp}*{lo.dp}*{lo.cp} = {lo.num_gpus}, "
             f"but the cluster has {n} GPUs"
         )
-    if lo.tp > cluster.domain_gpus:
-        out.append(f"tp={lo.tp} exceeds the {cluster.domain_gpus} GPUs of one NVLink domain")
     a, kv = model.num_attention_heads, model.kv_heads
     if a % lo.tp:
         out.append(f"tp={lo.tp} does not divide the {a} attention heads")

@@ -41,12 +41,14 @@ def enumerate_layouts(
     job: JobSpec,
     pins: Mapping[str, Any] | None = None,
     config: SolverConfig | None = None,
+    tp_across_nodes: bool = False,
 ) -> dict[str, Any]:
-    """Knob columns of the space: CP-SAT enumerates the structures, the inner knobs are added."""
+    """Knob columns of the space: CP-SAT enumerates the structures, the inner knobs are added.
+    tp_across_nodes: tp may exceed the NVLink domain (over the scale-out network)."""
     from planner.search.cpsat import StructureModel
 
     pins = normalize_pins(pins)
-    domains = knob_domains(model, cluster, job, pins)
+    domains = knob_domains(model, cluster, job, pins, tp_across_nodes)
     structures = StructureModel(model, cluster, job, domains, config).enumerate()
     return expand_structures(structures, pins, checks.offload_allowed(cluster))
 
@@ -58,9 +60,10 @@ def build_space(
     pins: Mapping[str, Any] | None = None,
     config: SolverConfig | None = None,
     batch_cost: BatchCost | None = None,
+    tp_across_nodes: bool = False,
 ) -> Space:
     """The space of layouts evaluated by the cost model (estimate_batch by default)."""
-    knobs = enumerate_layouts(model, cluster, job, pins, config)
+    knobs = enumerate_layouts(model, cluster, job, pins, config, tp_across_nodes)
     return evaluate(model, cluster, job, knobs, batch_cost)
 
 
@@ -109,11 +112,13 @@ def search(
     batch_cost: BatchCost | None = None,
     stage_layers: Sequence[int] | None = None,
     even_stages: bool = False,
+    tp_across_nodes: bool = False,
 ) -> SearchResult:
     """Space + CP-SAT top-K selection; raises InfeasibleError / LayoutError (diagnosed) when no
     layout honours the pins and fits. Layers per pipeline stage: `stage_layers` pins them (and
     pp), `even_stages` keeps the even rule; otherwise the split is searched per layout
-    (planner.search.stages) with the default cost model."""
+    (planner.search.stages) with the default cost model. tp_across_nodes: search tp beyond the
+    NVLink domain."""
     from planner.search.cpsat import SelectionModel
 
     if top_k < 1:
@@ -124,7 +129,7 @@ def search(
     if stage_layers:
         pins = _pin_split(model, pins, stage_layers)
     t0 = time.perf_counter()
-    knobs = enumerate_layouts(model, cluster, job, pins, config)
+    knobs = enumerate_layouts(model, cluster, job, pins, config, tp_across_nodes)
     if stage_layers:
         knobs["stage_layers"] = np.empty(len(knobs["tp"]), dtype=object)
         knobs["stage_layers"][:] = [tuple(stage_layers)] * len(knobs["tp"])
@@ -201,9 +206,12 @@ def solve(
     config: SolverConfig | None = None,
     stage_layers: Sequence[int] | None = None,
     even_stages: bool = False,
+    tp_across_nodes: bool = False,
 ) -> list[Plan]:
-    """The top_k plans that fit, best step time first (ties: lower memory, then fewer groups
-    crossing nodes). Raises InfeasibleError (exit 1) with a diagnosis when none fits, LayoutError
-    (exit 2) when the pins admit no valid layout at all."""
+    """The top_k plans that fit, best first: the layouts tied with the fastest (bands overlap)
+    by robustness, then the rest by step time (ties: lower memory, then fewer groups crossing
+    nodes; planner.search.ties). Raises InfeasibleError (exit 1) with a diagnosis when none
+    fits, LayoutError (exit 2) when the pins admit no valid layout at all. tp_across_nodes:
+    search tp beyond the NVLink domain (over the scale-out network)."""
     return search(model, cluster, job, pins, top_k, config, stage_layers=stage_layers,
-                  even_stages=even_stages).plans()
+                  even_stages=even_stages, tp_across_nodes=tp_across_nodes).plans()

@@ -110,6 +110,9 @@ def no_valid_layout(space: Space, pins: Mapping[str, Any]) -> PlannerError:
     for knob, value in pins.items():
         if not (space.knobs[knob] == knob_code(knob, value)).any():
             lines.append(f"possible {knob} values here: {_values_text(space, knob)}")
+            if knob == "tp" and int(value) > cluster.domain_gpus:
+                lines.append(f"tp={value} exceeds the {cluster.domain_gpus}-GPU NVLink domain: "
+                             "--tp-across-nodes searches it over the scale-out network")
     try:
         from planner.costmodel import layout_violations
 

@@ -22,11 +22,12 @@ from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 
 def enumerate_structures(
-    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: Mapping[str, Any]
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: Mapping[str, Any],
+    tp_across_nodes: bool = False,
 ) -> list[tuple[int, ...]]:
     """Every (tp, pp, dp, cp, ep, vpp, mbs) of the domains that passes the structural rules,
     checked one by one (the CP-SAT StructureModel's constraints, written as loops)."""
-    d = knob_domains(model, cluster, job, pins)
+    d = knob_domains(model, cluster, job, pins, tp_across_nodes)
     n, batch, layers = cluster.num_gpus, job.global_batch, model.num_hidden_layers
     dp_domain = set(d.dp)
     out = []
@@ -59,10 +60,12 @@ def exhaustive_space(
     job: JobSpec,
     pins: Mapping[str, Any] | None = None,
     batch_cost: BatchCost | None = None,
+    tp_across_nodes: bool = False,
 ) -> Space:
     """The space, enumerated by loops and evaluated by the cost model."""
     pins = normalize_pins(pins)
-    knobs = expand_structures(enumerate_structures(model, cluster, job, pins), pins,
+    structures = enumerate_structures(model, cluster, job, pins, tp_across_nodes)
+    knobs = expand_structures(structures, pins,
                               checks.offload_allowed(cluster))
     return evaluate(model, cluster, job, knobs, batch_cost)
 

@@ -114,18 +114,21 @@ class Domains:
 
 
 def knob_domains(
-    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: Mapping[str, Any]
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: Mapping[str, Any],
+    tp_across_nodes: bool = False,
 ) -> Domains:
-    """Per-knob domains of the space (module docstring), pinned values added where possible."""
+    """Per-knob domains of the space (module docstring), pinned values added where possible.
+    tp_across_nodes: tp may exceed the NVLink domain (`solve --tp-across-nodes`)."""
     n = cluster.num_gpus
 
     def tp_ok(t: int) -> bool:
-        return checks.tp_allowed(model, cluster, t)
+        return checks.tp_allowed(model, cluster, t, tp_across_nodes)
 
     def cp_ok(c: int) -> bool:
         return checks.cp_allowed(job, c)
 
-    tp = [t for t in _powers_of_two(min(cluster.domain_gpus, n)) if tp_ok(t)]
+    tp = [t for t in _powers_of_two(n if tp_across_nodes else min(cluster.domain_gpus, n))
+          if tp_ok(t)]
     cp = [c for c in _powers_of_two(n) if cp_ok(c)] if job.seq_len >= CP_MIN_SEQ_LEN else [1]
     ep = divisors(model.num_experts) if model.is_moe else [1]
     domains = {
