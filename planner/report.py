@@ -183,7 +183,11 @@ def print_estimate(plan: Plan, console: Console) -> None:
     m.add_column("GiB", justify="right")
     for col in MEM_COLUMNS:
         m.add_row(MEM_LABELS.get(col, col), f"{getattr(e, col):.2f}")
-    status = "[green]fits[/]" if e.fits else "[red]does not fit[/]"
+    from planner.costmodel import memory_status
+
+    verdict = memory_status(e)
+    status = ("[green]fits[/]" if e.fits else f"[yellow]{verdict}[/]"
+              if verdict.startswith("may") else "[red]does not fit[/]")
     m.add_row("[bold]peak[/]", f"[bold]{e.peak_mem_gb:.2f}[/]")
     m.add_row("usable capacity", f"{e.mem_capacity_gb:.2f}  {status}")
     console.print(t)

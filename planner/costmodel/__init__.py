@@ -25,7 +25,7 @@ from planner.errors import LayoutError
 from planner.layout import Layout
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
-__all__ = ["Estimate", "estimate", "estimate_batch", "layout_violations"]
+__all__ = ["Estimate", "estimate", "estimate_batch", "layout_violations", "memory_status"]
 
 
 @dataclass(frozen=True)
@@ -102,13 +102,28 @@ class Estimate:
         return est if est.fits else cls(**values, overflow=overflow_reasons(est))
 
 
+def memory_status(est: Estimate) -> str:
+    """'fits', 'does not fit', or 'may not fit: x GiB +- y' when the peak exceeds the usable
+    capacity by less than the memory band (1 sigma, memory.MEM_REL_ERROR): a layout that
+    measured runs so close to the line are known to run is not refused."""
+    from planner.costmodel.memory import MEM_REL_ERROR
+
+    if est.fits:
+        return "fits"
+    band = MEM_REL_ERROR * est.peak_mem_gb
+    if est.peak_mem_gb - band <= est.mem_capacity_gb:
+        return (f"may not fit: {est.peak_mem_gb:.1f} GiB +- {band:.1f} (1 sigma) against "
+                f"{est.mem_capacity_gb:.1f} usable")
+    return "does not fit"
+
+
 def overflow_reasons(est: Estimate) -> list[str]:
     """Readable lines: what overflows the usable memory and by how much."""
     over = est.peak_mem_gb - est.mem_capacity_gb
     state = est.mem_weights_gb + est.mem_grads_gb + est.mem_optimizer_gb
     lines = [
         f"peak {est.peak_mem_gb:.1f} GiB on pipeline stage {est.peak_stage} exceeds the usable "
-        f"{est.mem_capacity_gb:.1f} GiB by {over:.1f} GiB",
+        f"{est.mem_capacity_gb:.1f} GiB by {over:.1f} GiB ({memory_status(est)})",
         f"weights {est.mem_weights_gb:.1f} + grads {est.mem_grads_gb:.1f} + optimizer "
         f"{est.mem_optimizer_gb:.1f} + activations {est.mem_activations_gb:.1f} "
         f"({est.in_flight:g} micro-batches in flight) + other {est.mem_other_gb:.1f} GiB",
