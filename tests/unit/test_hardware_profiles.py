@@ -20,6 +20,7 @@ KiB, MiB, GiB = 2**10, 2**20, 2**30
 EXPECTED = {
     "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM", "H100-PCIE", "H200-SXM", "B200-SXM",
     "GB200-NVL72", "GB300-NVL72", "MI300X", "L40S", "V100-SXM2-16GB", "V100-SXM2-32GB",
+    "H100-SXM-96GB", "H800-SXM", "H20",
 }
 
 
@@ -111,6 +112,9 @@ def test_aliases_are_unique_across_profiles(gpus):
     ("NVIDIA L40S", "L40S"),
     ("Tesla V100-SXM2-16GB", "V100-SXM2-16GB"),
     ("AMD Instinct MI300X", "MI300X"),
+    ("H100-96GB", "H100-SXM-96GB"),
+    ("H800", "H800-SXM"),
+    ("h20", "H20"),
 ])
 def test_aliases_resolve(typed, expected):
     assert load_gpu(typed).name == expected
@@ -133,6 +137,12 @@ SPEC_TABLE = [
     ("L40S", 362, 733, 48, 0.864),
     ("V100-SXM2-16GB", 125, None, 16, 0.9),
     ("V100-SXM2-32GB", 125, None, 32, 0.9),
+    # not in hardware-facts; the sources are in each YAML: torchtitan's benchmark page (Grand
+    # Teton: 96 GB HBM2e at 2.4 TB/s, peak taken as the SXM5's), the H800 = H100 SXM5 compute
+    # with NVLink cut (DeepSeek-V3 papers), the H20's published 148 / 296 TFLOP/s, 96 GB, 4 TB/s
+    ("H100-SXM-96GB", 989, 1979, 96, 2.4),
+    ("H800-SXM", 989, 1979, 80, 3.35),
+    ("H20", 148, 296, 96, 4.0),
 ]
 
 
@@ -159,6 +169,9 @@ NODE_TABLE = [
     ("MI300X", 8, 8, 400, "xgmi", 448),              # ND MI300X v5 8x400 NDR
     ("L40S", 8, 8, 50, "pcie", 32),                  # PCIe4 x16, 64 GB/s bidirectional, no NVLink
     ("V100-SXM2-32GB", 8, 8, 50, "nvlink", 150),     # DGX-1, 4x100G per 8 GPUs
+    ("H100-SXM-96GB", 8, 8, 400, "nvswitch", 450),   # Grand Teton: 400 Gb/s RDMA per GPU
+    ("H800-SXM", 8, 8, 400, "nvswitch", 200),        # NVLink 400 GB/s bidirectional (DeepSeek)
+    ("H20", 8, 8, 400, "nvswitch", 450),             # 8 x H20 + CX-7 NDR (nccl #1244)
 ]
 
 
