@@ -137,7 +137,7 @@ SPEC_TABLE = [
     ("L40S", 362, 733, 48, 0.864),
     ("V100-SXM2-16GB", 125, None, 16, 0.9),
     ("V100-SXM2-32GB", 125, None, 32, 0.9),
-    # not in hardware-facts; the sources are in each YAML: torchtitan's benchmark page (Grand
+    # not in docs/hardware.md; the sources are in each YAML: torchtitan's benchmark page (Grand
     # Teton: 96 GB HBM2e at 2.4 TB/s, peak taken as the SXM5's), the H800 = H100 SXM5 compute
     # with NVLink cut (DeepSeek-V3 papers), the H20's published 148 / 296 TFLOP/s, 96 GB, 4 TB/s
     ("H100-SXM-96GB", 989, 1979, 96, 2.4),
