@@ -150,10 +150,104 @@ def recompute_of(text: str | None) -> str | None:
     return None
 
 
-def model_from_row(row: dict[str, Any]) -> ModelSpec:
-    """A ModelSpec from the table's architecture columns. The MLP type is not a column: both
-    candidates (SwiGLU, 3 matrices; GELU, 2) are built and the one whose parameter count is closer
-    to the row's `params_b` is kept (a 4h FFN with 2 matrices is GPT/MPT/BLOOM/Nemotron)."""
+# Columns that state the model exactly (issue 16): `model_spec` names a built-in model or a model
+# spec YAML / HuggingFace config.json (what --model takes; a relative path is read from the
+# table's folder); else the shape columns, where `activation` (swiglu, gelu, ...) and
+# `tie_word_embeddings` say what the parameter count can only guess.
+MODEL_SPEC_COLUMN = "model_spec"
+# shape columns -> ModelSpec attributes (kv_heads: the effective key/value heads)
+SHAPE_COLUMNS = {"layers": "num_hidden_layers", "hidden": "hidden_size",
+                 "heads": "num_attention_heads", "kv_heads": "kv_heads",
+                 "ffn_hidden": "intermediate_size", "vocab": "vocab_size"}
+
+
+def _text(value: Any) -> str | None:
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def _bool(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    t = _text(value)
+    if t is None:
+        return None if _num(value) is None else bool(_num(value))
+    if t.lower() in ("true", "yes", "1", "tied"):
+        return True
+    if t.lower() in ("false", "no", "0", "untied"):
+        return False
+    raise SpecError(f"tie_word_embeddings '{t}' is not a boolean")
+
+
+def _named_model(row: dict[str, Any], base: Path | None) -> ModelSpec | None:
+    """The model the row's model_spec column names exactly (None when the column is empty)."""
+    from planner.registry import _looks_like_path, load_model
+
+    ref = _text(row.get(MODEL_SPEC_COLUMN))
+    if ref is None:
+        return None
+    if base is not None and _looks_like_path(ref) and not Path(ref).is_absolute():
+        ref = str(base / ref)
+    return load_model(ref)
+
+
+def _builtin_named(text: str | None) -> ModelSpec | None:
+    """The built-in model a free-text `model` cell names, if it names one (no error)."""
+    from planner.registry import load_model
+
+    if not text:
+        return None
+    try:
+        return load_model(text.split("(")[0].strip())
+    except PlannerError:
+        return None
+
+
+def _same_shape(a: ModelSpec, b: ModelSpec) -> bool:
+    return all(getattr(a, f) == getattr(b, f) for f in SHAPE_COLUMNS.values())
+
+
+def _mlp_text(model: ModelSpec) -> str:
+    tied = "tied" if model.tie_word_embeddings else "untied"
+    return f"{model.activation} MLP, {tied} embeddings, {model.num_params / 1e9:.2f} B params"
+
+
+def model_warnings(row: dict[str, Any], model: ModelSpec, guessed: bool) -> list[str]:
+    """Lines saying where the model used for a row and the model it states disagree: the shape
+    columns against a model_spec, or the MLP type / tied embeddings guessed from params_b against
+    the built-in model the `model` column names."""
+    out = []
+    where = f"row {row.get('row_id', '?')}"
+    if _text(row.get(MODEL_SPEC_COLUMN)) is not None:
+        stated = {f: _int(row.get(c)) for c, f in SHAPE_COLUMNS.items()
+                  if _int(row.get(c)) is not None}
+        wrong = [f"{f} {v} != {getattr(model, f)}" for f, v in stated.items()
+                 if getattr(model, f) != v]
+        if wrong:
+            out.append(f"{where}: its shape columns disagree with model_spec "
+                       f"'{row.get(MODEL_SPEC_COLUMN)}' ({', '.join(wrong)}); model_spec is used")
+        return out
+    named = _builtin_named(_text(row.get("model")))
+    if guessed and named is not None and _same_shape(named, model) and (
+            named.activation != model.activation
+            or named.tie_word_embeddings != model.tie_word_embeddings):
+        out.append(
+            f"{where}: the MLP type guessed from params_b ({_mlp_text(model)}) disagrees with "
+            f"the built-in '{named.name}' its model column names ({_mlp_text(named)}); the "
+            "guess is used: add a model_spec column (or activation and tie_word_embeddings) to "
+            "state the model exactly")
+    return out
+
+
+def model_from_row(row: dict[str, Any], base: Path | None = None) -> ModelSpec:
+    """A ModelSpec from a table row: the model its `model_spec` column names, else the shape
+    columns. With an `activation` column (and `tie_word_embeddings`) the shape is exact; without
+    one the MLP type is guessed: both candidates (SwiGLU, 3 matrices; GELU, 2) are built and the
+    one whose parameter count is closer to the row's `params_b` is kept (a 4h FFN with 2
+    matrices is GPT/MPT/BLOOM/Nemotron); model_warnings says when the guess contradicts the
+    built-in model the `model` column names."""
+    named = _named_model(row, base)
+    if named is not None:
+        return named
     hidden, layers = _int(row.get("hidden")), _int(row.get("layers"))
     ffn = _int(row.get("ffn_hidden"))
     if not hidden or not layers or not ffn:
@@ -171,14 +265,20 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
     if vocab is None:
         raise SpecError("row lacks the vocabulary size")
     seq = _int(row.get("seq_len")) or 2048
-    base = dict(
+    spec = dict(
         name=str(row.get("model") or "model").strip(),
         num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
         num_key_value_heads=kv, intermediate_size=ffn, vocab_size=vocab, seq_len=seq,
         global_batch=_int(row.get("global_batch")) or 1,
     )
+    tied = _bool(row.get("tie_word_embeddings"))
+    if tied is not None:
+        spec["tie_word_embeddings"] = tied
+    activation = _text(row.get("activation"))
     try:
-        candidates = [ModelSpec(**base, activation=a) for a in ("swiglu", "gelu")]
+        if activation is not None:
+            return ModelSpec(**spec, activation=activation)
+        candidates = [ModelSpec(**spec, activation=a) for a in ("swiglu", "gelu")]
     except ValueError as exc:
         raise SpecError(f"row's architecture is inconsistent: {str(exc).splitlines()[0]}") from None
     params_b = _num(row.get("params_b"))
@@ -207,9 +307,12 @@ def is_oom_row(row: dict[str, Any]) -> bool:
 
 
 def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] | None = None,
-                 models: dict[str, ModelSpec] | None = None) -> MeasuredRun:
+                 models: dict[str, ModelSpec] | None = None,
+                 base: Path | None = None) -> MeasuredRun:
     """One table row -> MeasuredRun; SpecError with the reason when it cannot be predicted.
-    `models` interns equal ModelSpecs across rows (so predictions can be batched per model)."""
+    `models` interns equal ModelSpecs across rows (so predictions can be batched per model);
+    `base` is the table's folder (relative model_spec paths). Lines saying where the row's
+    model and the model it states disagree go to extra["warnings"] (model_warnings)."""
     from planner.registry import load_gpu, parse_cluster
 
     resolve_gpu = resolve_gpu or load_gpu
@@ -220,7 +323,9 @@ def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] |
         raise SpecError(f"precision '{row.get('precision')}' is not modelled")
     if precision == "fp8" and gpu.peak_fp8_tflops is None:
         raise SpecError(f"{gpu.name} has no FP8 peak")
-    model = model_from_row(row)
+    model = model_from_row(row, base)
+    guessed = _text(row.get(MODEL_SPEC_COLUMN)) is None and _text(row.get("activation")) is None
+    warnings = model_warnings(row, model, guessed)
     if models is not None:
         model = models.setdefault(model.model_dump_json(), model)
     num_gpus = _int(row.get("num_gpus"))
@@ -267,6 +372,7 @@ def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] |
         model=model, cluster=cluster, job=job, pins=pins, measured_step_time_s=step, oom=oom,
         quality=str(row.get("quality", "A")), gpu_type=gpu_type, notes=str(row.get("notes", "")),
         stack=stack.name,
+        extra={"warnings": warnings} if warnings else {},
     )
 
 
@@ -293,7 +399,7 @@ def load_table(path: str | Path = PUBLISHED_RUNS_CSV,
             row["row_id"] = i + 1
         row.setdefault("cp", 1)
         try:
-            runs.append(run_from_row(row, resolve_gpu, models))
+            runs.append(run_from_row(row, resolve_gpu, models, Path(path).parent))
         except PlannerError as exc:
             skipped.append(Skipped(f"{row.get('source_id', 'csv')}:{row['row_id']}",
                                    str(row.get("source_id", "csv")), str(exc)))
@@ -316,6 +422,8 @@ def _record_model(record: dict[str, Any]) -> ModelSpec:
     spec = record.get("model_spec")
     if isinstance(spec, dict):
         return validate_as(ModelSpec, spec, "record model_spec")
+    if isinstance(spec, str) and spec.strip():  # a built-in name or a spec / config.json path
+        return load_model(spec.strip())
     name = record.get("model")
     if not isinstance(name, str):
         raise SpecError("record names no model")

@@ -38,6 +38,7 @@ FitOpt = Annotated[str | None, typer.Option(
 SourceOpt = Annotated[list[str] | None, typer.Option(
     "--source", help="Use only rows of this source_id (repeatable; tables).")]
 CvOpt = Annotated[bool, typer.Option("--cv/--no-cv", help="Cross-validate (leave-one-out).")]
+MAX_WARNINGS = 10  # model disagreements printed (one per row)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")]
 PlotOpt = Annotated[Path | None, typer.Option(
     "--plot", help="Also draw predicted vs measured with the band (.png or .svg).")]
@@ -75,6 +76,8 @@ def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitO
         measured = [r for r in measured if r.source_id in source]
         skipped = [s for s in skipped if s.source_id in source]
     measured = matching_gpu(measured, gpu)
+    for line in [w for r in measured for w in r.extra.get("warnings", [])][:MAX_WARNINGS]:
+        typer.echo(f"warning: {line}", err=True)
     if not measured:
         reasons = sorted({s.reason for s in skipped})[:3]
         raise SpecError(f"{', '.join(map(str, runs))}: no usable run for profile {gpu.name}"

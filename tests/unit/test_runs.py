@@ -161,3 +161,61 @@ def test_megatron_lm_2021_rows_run_without_zero():
     old = [r for r in runs if r.source_id == "dlperf_megatron_v100"]
     assert len(old) == 18
     assert all(r.pins.get("zero") == 0 and not r.job.grad_overlap for r in old)
+
+
+# ---- the model a runs table states exactly (issue 16 section 4) ---------------------------------
+
+HEADER = ("model,params_b,layers,hidden,heads,kv_heads,ffn_hidden,vocab,seq_len,gpu_type,num_gpus,"
+          "tp,pp,dp,micro_batch,global_batch,zero_or_fsdp,recompute,precision,iteration_time_s")
+
+
+def test_model_spec_column_names_the_model_exactly(tmp_path):
+    """A tied-embedding SwiGLU model (not what a parameter count suggests): the model_spec column
+    (a YAML path relative to the table, or a built-in name) gives it exactly; shape columns that
+    contradict it are reported."""
+    (tmp_path / "tied.yaml").write_text(
+        "name: tied\nnum_hidden_layers: 4\nhidden_size: 512\nnum_attention_heads: 8\n"
+        "intermediate_size: 2048\nvocab_size: 32000\nactivation: swiglu\n"
+        "tie_word_embeddings: true\n")
+    path = tmp_path / "runs.csv"
+    row = "A100-SXM4-80GB,8,2,1,4,2,16,ZeRO-1,none,bf16,0.5"
+    path.write_text(
+        HEADER + ",model_spec\n"
+        f"tied,,4,512,8,8,2048,32000,128,{row},tied.yaml\n"
+        f"llama,,32,4096,32,8,14336,128256,128,{row},llama3-8b\n"
+        f"llama,,32,4000,32,8,14336,128256,128,{row},llama3-8b\n")
+    runs, skipped = load_table(path, resolve_gpu=_resolver)
+    assert not skipped
+    tied = runs[0].model
+    assert (tied.activation, tied.tie_word_embeddings) == ("swiglu", True)
+    # by hand: 4 layers x (4 h^2 attention + 3 h ffn SwiGLU + 2 h norms) + V h once + h final
+    h, f = 512, 2048
+    assert tied.num_params == 4 * (4 * h * h + 3 * h * f + 2 * h) + 32000 * h + h
+    assert runs[1].model.name == "llama3-8b" and not runs[1].extra
+    (line,) = runs[2].extra["warnings"]
+    assert "row 3" in line and "hidden_size 4000 != 4096" in line
+
+
+def test_activation_and_tie_columns_replace_the_guess(tmp_path):
+    path = tmp_path / "runs.csv"
+    row = "A100-SXM4-80GB,8,2,1,4,2,16,ZeRO-1,none,bf16,0.5"
+    path.write_text(HEADER + ",activation,tie_word_embeddings\n"
+                    f"m,1.0,4,512,8,8,2048,32000,128,{row},swiglu,true\n")
+    (run,), _ = load_table(path, resolve_gpu=_resolver)
+    assert (run.model.activation, run.model.tie_word_embeddings) == ("swiglu", True)
+    assert not run.extra  # stated, nothing guessed
+
+
+def test_a_guess_that_contradicts_the_named_model_is_reported(tmp_path):
+    """GPT-3 1.3B ties its embeddings: from its shape and params_b the guess is an untied GELU
+    model of 1.41 B parameters, and the model column names the built-in (1.32 B): a warning
+    says they disagree."""
+    path = tmp_path / "runs.csv"
+    row = "A100-SXM4-80GB,8,2,1,4,2,16,ZeRO-1,none,bf16,0.5"
+    path.write_text(HEADER + "\n"
+                    f"gpt3-1.3b,1.3,24,2048,16,16,8192,50257,128,{row}\n")
+    (run,), _ = load_table(path, resolve_gpu=_resolver)
+    assert run.model.tie_word_embeddings is False and run.model.num_params == 1413912576
+    (line,) = run.extra["warnings"]
+    assert "disagrees with the built-in 'gpt3-1.3b'" in line and "model_spec" in line
+    assert "gelu MLP, untied embeddings, 1.41 B" in line and "tied embeddings, 1.32 B" in line
