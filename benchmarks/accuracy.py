@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from planner.calibrate.fit import apply_values, calibrate, knobs_for
+from planner.costmodel.memory import MEM_REL_ERROR
 from planner.errors import InfeasibleError, PlannerError, SpecError
 from planner.layout import Layout
 from planner.plan import TIME_COLUMNS
@@ -244,22 +245,26 @@ def predict_all(runs: Sequence[MeasuredRun], profiles: dict[str, GpuProfile],
         except PlannerError as exc:
             rows.append({"run": run.run_id, "source": run.source_id, "gpu": run.cluster.gpu.name,
                          "oom": run.oom, "measured_s": run.measured_step_time_s, "fits": False,
-                         "predicted_s": np.nan, "error": str(exc)})
+                         "refused": True, "predicted_s": np.nan, "error": str(exc)})
             continue
         row: dict[str, Any] = {"run": run.run_id, "source": run.source_id,
                                "gpu": run.cluster.gpu.name, "oom": run.oom,
                                "measured_s": run.measured_step_time_s, "error": None}
         if pred is None:
-            row.update(fits=False, predicted_s=np.nan, layout="(nothing fits)")
+            row.update(fits=False, refused=True, predicted_s=np.nan, layout="(nothing fits)")
         else:
+            # refused: "does not fit" (beyond the memory band); "may not fit" is not a refusal
+            peak, cap = float(pred["peak_mem_gb"]), float(pred["mem_capacity_gb"])
             row.update(fits=bool(pred["fits"]), predicted_s=float(pred["step_time_s"]),
-                       layout=str(pred["layout"]))
+                       layout=str(pred["layout"]), peak_mem_gb=peak,
+                       refused=bool(peak * (1 - MEM_REL_ERROR) > cap))
             for col in TIME_COLUMNS:
                 row[col] = float(pred.get(col, 0.0))
         rows.append(row)
     frame = pd.DataFrame(rows)
     frame["oom"] = frame["oom"].astype(bool)
     frame["fits"] = frame["fits"].astype(bool)
+    frame["refused"] = frame["refused"].astype(bool)
     frame["measured_s"] = frame["measured_s"].astype(float)
     frame["rel_error"] = frame["predicted_s"] / frame["measured_s"] - 1
     return frame
@@ -287,6 +292,8 @@ def source_table(frame: pd.DataFrame, tuned: Sequence[str]) -> pd.DataFrame:
             "bias": timed["rel_error"].median() if len(timed) else np.nan,
             "oom_predicted_oom": f"{int((~oom['fits']).sum())}/{len(oom)}",
             "measured_predicted_fit": f"{int(measured['fits'].sum())}/{len(measured)}",
+            # rows that ran but are called out of memory beyond the band (target 0)
+            "measured_refused": f"{int(measured['refused'].sum())}/{len(measured)}",
         })
     return pd.DataFrame(out)
 
