@@ -254,6 +254,9 @@ def solve_cmd(
 
         before, after = loop.plans_before[0].layout, loop.plans_after[0].layout
         print_fit(loop.fit, console, loop.skipped)
+        console.print("ran " + ", ".join(str(v) for v in loop.validated)
+                      + " (the first plan and the tied plans that differ most in what drives "
+                      "their step times)")
         console.print(
             f"calibrated on {len(loop.validated)} validated plan(s); records in {loop.runs_path}"
             + (f", fitted profile in {loop.profile_path}" if loop.profile_path else "")
