@@ -220,6 +220,14 @@ def diagnose(
         f"({cap:.1f} GiB usable per GPU)"
     )
     lines = [f"smallest peak memory of any {which}: {head}" + (f", {dominant}" if dominant else "")]
+    from planner.costmodel.memory import MEM_REL_ERROR
+
+    peak = float(space.columns["peak_mem_gb"][lean])
+    if peak * (1 - MEM_REL_ERROR) <= cap:  # within the 1-sigma memory band: not a refusal
+        lines.append(
+            f"{space.layout(lean)} may not fit: {peak:.1f} GiB +- {MEM_REL_ERROR * peak:.1f} "
+            f"(1 sigma) against {cap:.1f} usable; `planner estimate` answers for it and "
+            "`planner validate` measures it")
     if pins:
         best = _best_row(space, np.ones(len(space), dtype=bool))
         if best is None:

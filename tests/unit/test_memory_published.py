@@ -226,3 +226,10 @@ def test_torchtitan_fsdp_runs_are_not_refused_on_their_gpu(gpus, measured):
     small = estimate(model, parse_cluster(f"{gpus}xH100"), job, layout)
     if gpus == 8:
         assert memory_status(small) == "does not fit"
+        # solve ranks only what fits; pinned to this layout, its diagnosis says it may fit
+        from planner.errors import InfeasibleError
+        from planner.search import solve
+
+        with pytest.raises(InfeasibleError) as info:
+            solve(model, parse_cluster("8xH100-96GB"), job, layout.as_dict())
+        assert any("may not fit: 92.3 GiB +- 6.4" in line for line in info.value.diagnosis)
