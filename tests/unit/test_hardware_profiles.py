@@ -20,7 +20,7 @@ KiB, MiB, GiB = 2**10, 2**20, 2**30
 EXPECTED = {
     "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM", "H100-PCIE", "H200-SXM", "B200-SXM",
     "GB200-NVL72", "GB300-NVL72", "MI300X", "L40S", "V100-SXM2-16GB", "V100-SXM2-32GB",
-    "H100-SXM-96GB", "H800-SXM", "H20",
+    "H100-SXM-96GB", "H800-SXM", "H20", "H100-NVL",
 }
 
 
@@ -115,6 +115,7 @@ def test_aliases_are_unique_across_profiles(gpus):
     ("H100-96GB", "H100-SXM-96GB"),
     ("H800", "H800-SXM"),
     ("h20", "H20"),
+    ("NVIDIA H100 NVL", "H100-NVL"),  # torch.cuda.get_device_name()
 ])
 def test_aliases_resolve(typed, expected):
     assert load_gpu(typed).name == expected
@@ -143,6 +144,7 @@ SPEC_TABLE = [
     ("H100-SXM-96GB", 989, 1979, 96, 2.4),
     ("H800-SXM", 989, 1979, 80, 3.35),
     ("H20", 148, 296, 96, 4.0),
+    ("H100-NVL", 835.5, 1670.5, 94, 3.9),  # datasheet: 1,671 / 3,341 with sparsity
 ]
 
 
@@ -172,6 +174,7 @@ NODE_TABLE = [
     ("H100-SXM-96GB", 8, 8, 400, "nvswitch", 450),   # Grand Teton: 400 Gb/s RDMA per GPU
     ("H800-SXM", 8, 8, 400, "nvswitch", 200),        # NVLink 400 GB/s bidirectional (DeepSeek)
     ("H20", 8, 8, 400, "nvswitch", 450),             # 8 x H20 + CX-7 NDR (nccl #1244)
+    ("H100-NVL", 2, 2, 200, "nvlink", 300),          # a bridged pair (600 GB/s bidirectional)
 ]
 
 
