@@ -6,9 +6,11 @@
     planner solve --model mixtral --cluster 64xH100 --json
 
 Every knob not given is searched (tp, pp, dp, cp, ep, vpp, mbs, zero, recompute, sp); a given
-one is pinned. Ties in step time go to lower memory, then to fewer groups crossing nodes
-(docs/ranking.md). When nothing fits, it says why (the smallest memory any layout needs, what
-dominates it, which pin or limit binds) and exits 1; pins no valid layout can honour exit 2.
+one is pinned. Plans whose step-time bands overlap the fastest's are tied (tied_with_best) and
+come first, the most robust first (then lower memory); the rest by step time, exact ties to lower
+memory, then to fewer groups crossing nodes (docs/ranking.md). When nothing fits, it says why
+(the smallest memory any layout needs, what dominates it, which pin or limit binds) and exits 1;
+pins no valid layout can honour exit 2.
 """
 
 from __future__ import annotations
@@ -139,7 +141,8 @@ def solve_cmd(
     out: OutOpt = None,
     tp_across_nodes: TpAcrossNodesOpt = False,
 ) -> None:
-    """Search the layouts (CP-SAT) and print the best that fit, ranked by predicted step time."""
+    """Search the layouts (CP-SAT) and print the best that fit: the tie with the fastest (by
+    robustness), then the rest by predicted step time."""
     from planner.search import search
     from planner.stacks import resolve_stack
 
