@@ -1,4 +1,4 @@
-"""`planner solve`: the ranked layouts that fit, best predicted step time first.
+"""`planner solve`: the ranked layouts that fit, the tie with the fastest first, then by step time.
 
     planner solve --model llama70b --cluster 128xA100
     planner solve --model llama3-405b --cluster 16384xH100 --seq-len 8192 --global-batch 2048
