@@ -160,7 +160,13 @@ def estimate_cmd(
     if csv is not None:
         report.write_plans_csv([plan], csv)
     if as_json:
-        typer.echo(report.plan_json(plan))
+        import json
+
+        from planner.costmodel import memory_status
+
+        # beside the plan columns: "fits", "may not fit: x GiB +- y ..." or "does not fit"
+        row = {**report.plan_rows([plan])[0], "memory_status": memory_status(plan.estimate)}
+        typer.echo(json.dumps(row, indent=2))
         return
     from rich.console import Console
 

@@ -115,3 +115,14 @@ def test_solve_does_not_import_torch_or_pandas_without_csv():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stderr.strip().splitlines()[-1] == "False False", proc.stderr
+
+
+def test_tp_stays_inside_the_nvlink_domain_unless_asked():
+    base = ["solve", "--model", "llama70b", "--cluster", "32xA100", "--tp", "16", "--top", "2"]
+    refused = _planner(*base)
+    assert refused.returncode == 2
+    assert "--tp-across-nodes searches it over the scale-out network" in refused.stderr
+    result = runner.invoke(app, [*base, "--tp-across-nodes", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [r["tp"] for r in rows] == [16, 16]
