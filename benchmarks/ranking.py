@@ -62,6 +62,7 @@ from accuracy import (  # noqa: E402 - benchmarks/ is not a package
     _timed_by_gpu,
 )
 
+from planner.calibrate.bands import order_ties  # noqa: E402
 from planner.errors import PlannerError, SpecError  # noqa: E402
 from planner.layout import Layout  # noqa: E402
 from planner.plan import Plan  # noqa: E402
@@ -73,6 +74,8 @@ SWEEPS_DIR = PUBLISHED_RUNS_CSV.parent / "sweeps"
 MIN_LAYOUTS = 3  # a group ranks at least this many distinct measured layouts
 PAIR_MARGIN = 0.03  # pairs measured closer than 3% are noise; a first pick within 3% is a hit
 TIE_REL = 1e-6  # predicted step times this close (relative) are a predicted tie
+# rank_plans orders the tie with the fastest by robustness, as solve does (--order-by-time: off)
+ORDER_TIES = True
 # The loop replays on groups that keep at least 2 layouts it did not run (issue 16 replayed it on
 # the groups of at least 5): with fewer, running K of them is itself the search.
 LOOP_MIN_LAYOUTS = 5
@@ -165,7 +168,9 @@ def rank_plans(group: Group, gpu: GpuProfile) -> list[Plan]:
     ests = estimate_many(run.model, cluster, run.job, group.layouts)
     order = sorted(range(len(ests)), key=lambda i: (not ests[i].fits, ests[i].step_time_s,
                                                     ests[i].peak_mem_gb, i))
-    return [Plan(group.layouts[i], ests[i], rank) for rank, i in enumerate(order, 1)]
+    plans = [Plan(group.layouts[i], ests[i], rank) for rank, i in enumerate(order, 1)]
+    # the tie with the fastest first, most robust first (planner.search.ties, as solve does)
+    return order_ties(plans) if ORDER_TIES else plans
 
 
 def pair_counts(predicted: np.ndarray, measured: np.ndarray,
@@ -270,9 +275,12 @@ def stack_profile(group: Group, runs: Sequence[MeasuredRun], predictor: Predicto
 # ---- the closed loop, measurement injected -----------------------------------------------
 
 def choose(plans: Sequence[Plan], k: int) -> list[Plan]:
-    """The plans `solve --calibrate k` runs: planner.calibrate.loop.closed_loop validates the
-    first k of the ranking (the seam for the tie-separating choice)."""
-    return list(plans[:k])
+    """The plans `solve --calibrate k` runs: planner.calibrate.loop.closed_loop validates
+    choose_calibration_plans' choice (the first plan, then the tied plans that differ most in
+    their time-term shares)."""
+    from planner.calibrate.loop import choose_calibration_plans
+
+    return choose_calibration_plans(plans, k)
 
 
 def refit(gpu: GpuProfile, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
@@ -444,7 +452,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="the knobs --stack-fit fits (planner.calibrate names)")
     parser.add_argument("--markdown", type=Path, help="also write the tables as markdown")
     parser.add_argument("--rows", type=Path, help="write the per-group rows as CSV")
+    parser.add_argument("--order-by-time", action="store_true",
+                        help="rank by predicted step time only (no robustness order inside the "
+                        "tie with the fastest, as solve had before ties)")
     ns = parser.parse_args(argv)
+    global ORDER_TIES
+    ORDER_TIES = not ns.order_by_time
     if ns.closed_loop is not None and ns.closed_loop < 1:
         raise SpecError("--closed-loop K needs K >= 1")
     t0 = time.perf_counter()

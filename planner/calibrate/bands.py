@@ -66,3 +66,29 @@ def plans_indistinguishable(plans: Sequence[Any]) -> int:
         return 0
     bands = np.array([_band(p) for p in plans])
     return int(overlaps_best(bands[:, 0], bands[:, 1], 0).sum())
+
+
+def order_ties(plans: Sequence[Any]) -> list[Any]:
+    """A list of plans (fitting first, by step time) in `solve`'s final order, for rankings
+    built outside the search (benchmarks/ranking.py): the fitting plans whose band overlaps the
+    fastest fitting plan's come first, by robustness score then peak memory, flagged
+    tied_with_best; the others keep their order. Ranks are renumbered from 1."""
+    from dataclasses import replace
+
+    plans = list(plans)
+    fitting = [i for i, p in enumerate(plans) if p.estimate.fits]
+    if not fitting:
+        return [replace(p, rank=r, tied_with_best=False) for r, p in enumerate(plans, 1)]
+    ests = [plans[i].estimate for i in fitting]
+    cols = {c: np.array([float(getattr(e, c, 0.0)) for e in ests])
+            for c in ("step_time_s", "step_time_low_s", "step_time_high_s", *UNCERTAIN_TERMS)}
+    best = int(np.argmin(cols["step_time_s"]))
+    tied = overlaps_best(cols["step_time_low_s"], cols["step_time_high_s"], best)
+    score = robust_step_time(cols)
+    tie_order = sorted((k for k in range(len(fitting)) if tied[k]),
+                       key=lambda k: (score[k], ests[k].peak_mem_gb, k))
+    head = [fitting[k] for k in tie_order]
+    rest = [i for i in range(len(plans)) if i not in set(head)]
+    flags = set(head)
+    return [replace(plans[i], rank=r, tied_with_best=i in flags)
+            for r, i in enumerate(head + rest, 1)]

@@ -79,3 +79,24 @@ def test_a_clear_winner_is_alone() -> None:
     assert result.tied_total == 1 and [p.tied_with_best for p in plans] == [True] + [False] * 4
     times = [p.estimate.step_time_s for p in plans]
     assert times == sorted(times)
+
+
+def test_order_ties_on_plans_agrees_with_the_search() -> None:
+    """bands.order_ties (plain Python over Plans, what benchmarks/ranking.py ranks with) and the
+    search's second CP-SAT selection give the same head of the ranking over the same layouts."""
+    from planner.calibrate.bands import order_ties
+    from planner.costmodel import Estimate
+    from planner.plan import Plan
+
+    model, cluster = load_model("llama2-7b"), parse_cluster("8xH100")
+    job = JobSpec(seq_len=4096, global_batch=64)
+    result = search(model, cluster, job, {}, 5)
+    space = result.space
+    rows = np.flatnonzero(space.fits)
+    plans = [Plan(space.layout(i), Estimate.from_batch(space.columns, i)) for i in rows]
+    plans.sort(key=lambda p: (p.estimate.step_time_s, p.estimate.peak_mem_gb))
+    ordered = order_ties(plans)
+    searched = result.plans()
+    assert [p.layout for p in ordered[:5]] == [p.layout for p in searched]
+    assert sum(p.tied_with_best for p in ordered) == result.tied_total
+    assert [p.rank for p in ordered[:3]] == [1, 2, 3]
