@@ -24,7 +24,9 @@ def layout_warnings(cluster: ClusterSpec, layout: Layout) -> list[str]:
     than the scale-up (NVLink) domain runs its per-layer collectives over the scale-out network
     (the cost model charges them hierarchically on the NICs: planner.costmodel.comm)."""
     out: list[str] = []
-    domain = cluster.domain_gpus
+    # a cluster of pools: its smallest NVLink domain (TP groups stay in their pool)
+    pools = getattr(cluster, "pools", None) or (cluster,)
+    domain = min(pool.domain_gpus for pool in pools)
     if layout.tp > domain:
         gpu = cluster.gpu
         out.append(

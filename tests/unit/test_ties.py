@@ -46,7 +46,8 @@ def test_tie_group_and_robust_first_on_the_real_model() -> None:
     model, cluster = load_model("llama70b"), parse_cluster("128xA100")
     job = JobSpec(seq_len=4096, global_batch=1024)
     result = search(model, cluster, job, {}, 10)
-    space = build_space(model, cluster, job, {})
+    space = result.space  # the evaluated space (with the uneven splits the search found)
+    assert len(space) == len(build_space(model, cluster, job, {}))
     cols = {k: np.asarray(v) for k, v in space.columns.items()}
     fits = cols["fits"].astype(bool)
     t = cols["step_time_s"]
@@ -87,13 +88,16 @@ def test_order_ties_on_plans_agrees_with_the_search() -> None:
     from planner.calibrate.bands import order_ties
     from planner.costmodel import Estimate
     from planner.plan import Plan
+    from planner.search import with_stage_layers
 
     model, cluster = load_model("llama2-7b"), parse_cluster("8xH100")
     job = JobSpec(seq_len=4096, global_batch=64)
     result = search(model, cluster, job, {}, 5)
     space = result.space
     rows = np.flatnonzero(space.fits)
-    plans = [Plan(space.layout(i), Estimate.from_batch(space.columns, i)) for i in rows]
+    layers = model.num_hidden_layers
+    plans = [Plan(with_stage_layers(space.layout(i), layers), Estimate.from_batch(space.columns, i))
+             for i in rows]
     plans.sort(key=lambda p: (p.estimate.step_time_s, p.estimate.peak_mem_gb))
     ordered = order_ties(plans)
     searched = result.plans()
