@@ -285,13 +285,21 @@ def choose(plans: Sequence[Plan], k: int) -> list[Plan]:
 
 def refit(gpu: GpuProfile, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
           knobs: Sequence[str] | None = None) -> GpuProfile:
-    """The profile `solve --calibrate` re-ranks with: closed_loop's call of
-    planner.calibrate.calibrate on the validated runs (the seam for the few-shot fit); `knobs`
-    restricts the fitted parameters (None: calibrate's default, every knob the runs move)."""
-    from planner.calibrate import calibrate
+    """The profile `solve --calibrate` re-ranks with: closed_loop's few-shot fit
+    (planner.calibrate.fewshot: only the knobs the runs identify, at most runs - 1, pulled toward
+    the stack preset) from the default stack, the preset a user who names no stack gets (the
+    group's own stack preset was fitted on these published runs, so starting from it would be
+    in sample). `knobs` instead fits exactly those parameters with calibrate (a diagnostic)."""
+    if knobs is not None:
+        from planner.calibrate import calibrate
 
-    return calibrate(gpu, runs, layouts=list(layouts), names=None if knobs is None else
-                     list(knobs), cross_validate=len(runs) >= 3).profile
+        return calibrate(gpu, runs, layouts=list(layouts), names=list(knobs),
+                         cross_validate=len(runs) >= 3).profile
+    from planner.calibrate.fewshot import few_shot_fit
+    from planner.stacks import resolve_stack
+
+    return few_shot_fit(gpu, runs, stack=resolve_stack(None), layouts=list(layouts),
+                        cross_validate=False).profile
 
 
 def closed_loop_group(group: Group, k: int, before: Sequence[Plan],
