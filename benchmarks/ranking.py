@@ -451,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
                         "max(5, K + 2) layouts")
     parser.add_argument("--loop-knobs", metavar="K1,K2",
                         help="with --closed-loop: fit only these profile knobs (planner.calibrate "
-                        "names; default: calibrate's own choice)")
+                        "names; default: solve --calibrate's few-shot fit)")
     parser.add_argument("--groups", action="store_true", help="print every group's row")
     parser.add_argument("--stack-fit", action="store_true",
                         help="also rank each group after fitting its software stack's GEMM scale "
