@@ -328,9 +328,14 @@ class SelectionModel:
     def _add_objective(self) -> None:
         # sum of the chosen objective values: step time, then memory, then crossing groups
         keys = self.space.keys
-        if len(keys) and int(keys.max()) * max(self.top_k, 1) >= INT64_SAFE:
-            raise OverflowError("objective out of int64 range; raise problem.TIME_UNIT_S")
         free = np.flatnonzero(~self._excluded)  # the others are 0 and add nothing
+        # the objective is a sum of at most top_k chosen keys, so it is bounded by both top_k x
+        # the largest key and the sum of all keys; only rows that may be chosen count (a
+        # layout that does not fit may take days, and its key never enters the objective)
+        free_keys = keys[free].astype(float)
+        bound = min(free_keys.max() * max(self.top_k, 1), free_keys.sum()) if len(free) else 0
+        if bound >= INT64_SAFE:
+            raise OverflowError("objective out of int64 range; raise problem.TIME_UNIT_S")
         self.proto.objective.vars.extend(free.tolist())
         self.proto.objective.coeffs.extend(keys[free].tolist())
 
