@@ -67,9 +67,11 @@ def validate_as(cls: type[BaseModel], data: dict[str, Any], where: str) -> Any:
         return cls.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        loc = ".".join(str(p) for p in err["loc"])
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise SpecError(f"{where}: field '{loc}': {err['msg']}{more}") from None
+        msg = err["msg"].removeprefix("Value error, ")  # our validators' physics, said plainly
+        field = f"field '{loc}': " if loc else ""
+        raise SpecError(f"{where}: {field}{msg}{more}") from None
 
 
 # libyaml's C loader when the wheel has it: reading the built-in specs took 0.6 s of every

@@ -178,8 +178,8 @@ def crossing_groups(layout: Layout, gpus_per_node: int) -> int:
 def scale_time(step_time_s: np.ndarray, unit_s: float = TIME_UNIT_S) -> np.ndarray:
     """Step time in integer units of unit_s (rounded), saturated at 2**62 (a layout slower than
     that is never chosen; the cast of a larger float to int64 is undefined)."""
-    units = np.rint(np.asarray(step_time_s, dtype=float) / unit_s)
-    return np.minimum(units, float(2**62)).astype(np.int64)
+    seconds = np.minimum(np.asarray(step_time_s, dtype=float), float(2**62) * unit_s)
+    return np.minimum(np.rint(seconds / unit_s), float(2**62)).astype(np.int64)
 
 
 def scale_memory(

@@ -22,7 +22,8 @@ def _bounded(upper: float, what: str) -> Any:
     def check(value: Any) -> Any:
         value = _not_bool(value)
         if isinstance(value, int | float) and value == value and value > upper:
-            raise ValueError(f"{value:g} is more than {upper:g}, the largest {what} accepted")
+            bound = int(upper) if float(upper).is_integer() else upper
+            raise ValueError(f"{value:.6g} is more than {bound}, the largest {what} accepted")
         return value
 
     return BeforeValidator(check)
