@@ -102,8 +102,8 @@ def test_gpt_style_row_without_ffn_hidden_has_4h(tmp_path):
 # ---- validate records -----------------------------------------------------------------------
 
 RECORD = {"ok": True, "model": "llama2-7b", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4,
-          "ffn": 128, "vocab": 128, "tp": 1, "pp": 1, "dp": 2, "cp": 1, "seq_len": 32, "global_batch": 4,
-          "nproc_per_node": 2, "measured_step_time_s": 0.05}
+          "ffn": 128, "vocab": 128, "tp": 1, "pp": 1, "dp": 2, "cp": 1, "seq_len": 32,
+          "global_batch": 4, "nproc_per_node": 2, "measured_step_time_s": 0.05}
 
 
 @pytest.mark.parametrize(("line", "fragment"), [
