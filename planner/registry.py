@@ -47,7 +47,10 @@ def read_yaml_or_json(path: Path) -> dict[str, Any]:
     text = read_text(path)
     kind = "JSON" if path.suffix == ".json" else "YAML"
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        # libyaml's safe loader when the wheel has it (the same safe schema, 10-50x faster on a
+        # large or hostile file than the pure-Python one)
+        data = json.loads(text) if path.suffix == ".json" else yaml.load(
+            text, Loader=_BUILTIN_YAML_LOADER)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SpecError(f"{path}: invalid {kind}: {first}") from None

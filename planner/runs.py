@@ -443,7 +443,7 @@ def record_pins(record: dict[str, Any]) -> dict[str, Any]:
         if value is None:
             continue
         if knob == "recompute":
-            if value not in RECOMPUTE_CODES:
+            if not isinstance(value, str) or value not in RECOMPUTE_CODES:
                 raise SpecError(f"recompute {str(value)[:40]!r} is not one of "
                                 f"{', '.join(RECOMPUTE_CODES)}")
         elif knob == "sp":
