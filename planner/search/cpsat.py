@@ -279,7 +279,12 @@ class StructureModel:
             search_branching=cmh.SatParameters.FIXED_SEARCH,
         )
         if response.status not in (OPTIMAL, INFEASIBLE):  # FEASIBLE = stopped part way
-            raise RuntimeError(f"CP-SAT did not finish enumerating the layouts: {response.status}")
+            from planner.errors import SpecError
+
+            raise SpecError(
+                f"the layout space is too large to enumerate within {self.config.time_limit_s:g}"
+                f" s (CP-SAT status {response.status}); pin some knobs (--tp, --pp, --cp, --vpp,"
+                " --mbs) to narrow it")
         return sorted(set(collector.rows))
 
 

@@ -203,3 +203,32 @@ def test_a_good_rdzv_endpoint_and_backend_pass(tmp_path):
                     "--out", tmp_path / "runs.jsonl", "--print-only")
     assert result.code == 0, result.stderr
     assert "--rdzv-endpoint=[fd00::1]:29500" in result.stdout or "[fd00::1]:29500" in result.stdout
+
+
+# ---- the largest accepted sizes finish with an answer ----------------------------------------
+
+def test_nothing_fits_at_the_gpu_bound_says_so_without_a_bigger_cluster(tmp_path):
+    wide = load_model("llama2-7b").model_dump()
+    wide.update(name="wide", hidden_size=limits.MAX_HIDDEN, num_attention_heads=2048,
+                num_key_value_heads=2048, intermediate_size=limits.MAX_FFN)
+    path = tmp_path / "wide.yaml"
+    path.write_text(yaml.safe_dump(wide))
+    result = invoke("solve", "--model", path, "--cluster", f"{limits.MAX_GPUS}xH100",
+                    "--global-batch", str(limits.MAX_GLOBAL_BATCH), "--seq-len",
+                    str(limits.MAX_SEQ_LEN))
+    assert result.code == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"does not fit even on {limits.MAX_GPUS} H100-SXM" in result.stderr
+
+
+def test_an_enumeration_cut_short_is_a_one_line_error():
+    from planner.errors import SpecError
+    from planner.registry import parse_cluster
+    from planner.search import enumerate_layouts
+    from planner.search.cpsat import SolverConfig
+    from planner.specs import JobSpec
+
+    deep = load_model("llama2-7b").model_copy(update={"num_hidden_layers": 4096})
+    job = JobSpec(seq_len=2**20, global_batch=2**16)
+    with pytest.raises(SpecError, match=r"too large to enumerate within 0.01 s .*; pin some knobs"):
+        enumerate_layouts(deep, parse_cluster("16384xH100"), job,
+                          config=SolverConfig(time_limit_s=0.01))
