@@ -61,5 +61,12 @@ MAX_TIMEOUT_S = 7 * 86_400.0
 MAX_TOP = 10_000  # ranked plans printed or written
 MAX_STEPS = 1_000_000  # validate's measured / warm-up steps
 MAX_SEED = 2**32 - 1  # numpy's seed range (torch takes the same values)
+# The training run (planner.operations): Llama 3 trained on 15.6e12 tokens; 1e17 is 6,000x that.
+MAX_TRAIN_TOKENS = 1e17
+MAX_GPU_HOUR_PRICE = 1e4  # USD per GPU-hour; cloud H100s rent for 2-10
+MAX_PUE = 10.0  # power usage effectiveness: 1.1-1.6 in practice (Uptime Institute surveys)
+MAX_MTBF_HOURS = 1e7  # one node's mean time between failures: ~6,300 h for Llama 3's nodes
+MAX_STORAGE_GB_PER_S = 1e6  # aggregate checkpoint bandwidth: TB/s-class parallel file systems
+MAX_LEARNING_RATE = 1e3  # peak learning rates are 1e-5..1e-2
 MAX_NNODES = MAX_GPUS
 MAX_NPROC = MAX_GPUS_PER_NODE

@@ -63,6 +63,13 @@ def finite_seconds(ctx: typer.Context, param: typer.CallbackParam, value: float 
     return value
 
 
+def finite(ctx: typer.Context, param: typer.CallbackParam, value: float | None):  # noqa: ANN201
+    """A real option: finite (NaN passes click's FloatRange, which only compares)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
+
+
 _HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _ENDPOINT_RE = re.compile(
     rf"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>{_HOST_LABEL}(?:\.{_HOST_LABEL})*))"
@@ -286,36 +293,43 @@ def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | N
 # ---- the training run (planner.operations): time, cost, energy, checkpoints, LR ----------
 TrainTokensOpt = Annotated[
     float | None,
-    typer.Option("--train-tokens", min=1, help="Tokens to train on (e.g. 15e12): adds "
+    typer.Option("--train-tokens", min=1, max=limits.MAX_TRAIN_TOKENS, callback=finite,
+                 help="Tokens to train on (e.g. 15e12): adds "
                  "train_days, gpu_hours, cost_usd, energy_mwh, checkpoint_gb, "
                  "checkpoint_interval_min to every plan."),
 ]
 GpuHourPriceOpt = Annotated[
     float | None,
-    typer.Option("--gpu-hour-price", min=0, help="USD per GPU-hour (default 2, seed 001 ch. 9)."),
+    typer.Option("--gpu-hour-price", min=0, max=limits.MAX_GPU_HOUR_PRICE, callback=finite,
+                 help="USD per GPU-hour (default 2, seed 001 ch. 9)."),
 ]
 PueOpt = Annotated[
     float | None,
-    typer.Option("--pue", min=1, help="Power usage effectiveness (default 1.4, seed 001 Ex 9.9)."),
+    typer.Option("--pue", min=1, max=limits.MAX_PUE, callback=finite,
+                 help="Power usage effectiveness (default 1.4, seed 001 Ex 9.9)."),
 ]
 MtbfOpt = Annotated[
     float | None,
-    typer.Option("--mtbf-hours", min=0.001, help="Mean time between failures of one node, hours "
+    typer.Option("--mtbf-hours", min=0.001, max=limits.MAX_MTBF_HOURS, callback=finite,
+                 help="Mean time between failures of one node, hours "
                  "(default 6335: Llama 3's 419 interruptions in 54 days on 2048 nodes)."),
 ]
 StorageOpt = Annotated[
     float | None,
-    typer.Option("--storage-gb-per-s", min=0.001, help="Aggregate checkpoint write bandwidth, "
+    typer.Option("--storage-gb-per-s", min=0.001, max=limits.MAX_STORAGE_GB_PER_S,
+                 callback=finite, help="Aggregate checkpoint write bandwidth, "
                  "GB/s (default 10, seed 001 ch. 7)."),
 ]
 RefLrOpt = Annotated[
     float | None,
-    typer.Option("--ref-lr", min=0, help="A peak learning rate tuned at --ref-batch: prints the "
+    typer.Option("--ref-lr", min=0, max=limits.MAX_LEARNING_RATE, callback=finite,
+                 help="A peak learning rate tuned at --ref-batch: prints the "
                  "linear / square-root scaled LR and warmup for the plan's global batch."),
 ]
 RefBatchOpt = Annotated[
     float | None,
-    typer.Option("--ref-batch", min=1, help="The global batch (sequences) --ref-lr was tuned at."),
+    typer.Option("--ref-batch", min=1, max=limits.MAX_GLOBAL_BATCH, callback=finite,
+                 help="The global batch (sequences) --ref-lr was tuned at."),
 ]
 
 
