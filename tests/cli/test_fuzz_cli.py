@@ -138,6 +138,10 @@ def knobs() -> dict[str, tuple[list[str], list[str]]]:
 def test_fuzz_solve(paths, data):
     domains = {**model_cluster(paths), **knobs(),
                "--top": (["1", "5", "10000"], BAD_INTS),
+               "--train-tokens": (["1e12", "15e12"], ["0", "-1", "inf", "nan", "1e30", "x", ""]),
+               "--pue": (["1.4"], ["0.5", "inf", "nan", "100"]),
+               "--gpu-hour-price": (["2"], ["-1", "inf", "nan", "1e30"]),
+               "--mtbf-hours": (["6335"], ["0", "inf", "nan"]),
                "--csv": ([str(paths / "plans.csv")], bad_paths(paths)),
                "--profile": ([], [str(paths / "latin1.yaml"), str(paths / "folder"),
                                   str(paths / "missing.yaml")])}

@@ -22,7 +22,7 @@ MODEL_CLUSTER = ("--model", "llama70b", "--cluster", "64xA100")
     (("solve", *MODEL_CLUSTER, "--zero", "7"), ["'--zero'", "3"]),
     (("solve", *MODEL_CLUSTER, "--tp"), ["'--tp' requires an argument"]),
     (("solve", *MODEL_CLUSTER, "--global-batch", "0"), ["'--global-batch'"]),
-    (("solve", "--cluster", "64xA100"), ["Missing option '--model'"]),
+    (("calibrate", "--profile", "A100"), ["Missing option '--runs'"]),
     (("solve", *MODEL_CLUSTER, "--recompute", "maybe"), ["'--recompute'", "'maybe'"]),
     (("solve", *MODEL_CLUSTER, "--bogus"), ["No such option: --bogus"]),
     (("nosuchcommand",), ["No such command 'nosuchcommand'"]),
