@@ -5,7 +5,7 @@ code is 0, 1 or 2, exit 2 is exactly one `error: ...` line, and an input with a 
 option's domain always exits 2.
 
 Examples per run: PLANNER_FUZZ_EXAMPLES (total over the CLI and file-reader fuzz tests, default
-2,000; `PLANNER_FUZZ_EXAMPLES=10000 python -m pytest -m slow tests/cli/test_fuzz_cli.py
+3,000; `PLANNER_FUZZ_EXAMPLES=10000 python -m pytest -m slow tests/cli/test_fuzz_cli.py
 tests/unit/test_fuzz_readers.py` is the long run)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from inproc import invoke
 
 pytestmark = pytest.mark.slow
 
-TOTAL = int(os.environ.get("PLANNER_FUZZ_EXAMPLES", "2000"))
+TOTAL = int(os.environ.get("PLANNER_FUZZ_EXAMPLES", "3000"))
 # share of the total per test (the CLI tests here and tests/unit/test_fuzz_readers.py add to 1)
 SHARE = {"solve": 0.04, "estimate": 0.06, "validate": 0.04, "calibrate": 0.04, "lists": 0.01,
          "profile": 0.02}

@@ -26,7 +26,7 @@ from planner.specs import GpuProfile, ModelSpec
 
 pytestmark = pytest.mark.slow
 
-TOTAL = int(os.environ.get("PLANNER_FUZZ_EXAMPLES", "2000"))
+TOTAL = int(os.environ.get("PLANNER_FUZZ_EXAMPLES", "3000"))
 SHARE = {"model": 0.16, "hf": 0.1, "profile": 0.16, "cluster": 0.1, "table": 0.15,
          "records": 0.12}  # with the CLI tests' 0.21: the whole budget
 
