@@ -111,7 +111,9 @@ def _gpt2(r: _Reader) -> dict[str, Any]:
         "num_hidden_layers": r.need("n_layer"),
         "hidden_size": hidden,
         "num_attention_heads": r.need("n_head"),
-        "intermediate_size": r.get("n_inner") or 4 * hidden,
+        # GPT-2's default n_inner is 4 x n_embd (a number only: 4 x a string is no size)
+        "intermediate_size": r.get("n_inner") or (
+            4 * hidden if isinstance(hidden, int) and not isinstance(hidden, bool) else hidden),
         "vocab_size": r.need("vocab_size"),
         "activation": "gelu",
         "norm": "layernorm",
@@ -175,8 +177,7 @@ def hf_model_fields(config: dict[str, Any], name: str, where: str) -> dict[str, 
         )
     fields = reader(_Reader(config, where, model_type))
     max_pos = config.get("max_position_embeddings") or config.get("n_positions")
-    seq_len = min(max_pos, DEFAULT_SEQ_LEN) if isinstance(max_pos, int) and max_pos > 0 else (
-        DEFAULT_SEQ_LEN
-    )
+    counted = isinstance(max_pos, int) and not isinstance(max_pos, bool) and max_pos > 0
+    seq_len = min(max_pos, DEFAULT_SEQ_LEN) if counted else DEFAULT_SEQ_LEN
     return {"name": name, "source": f"HuggingFace config {where}", **fields,
             "seq_len": seq_len, "global_batch": DEFAULT_GLOBAL_BATCH}

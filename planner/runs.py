@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from planner import limits
 from planner.errors import PlannerError, SpecError
-from planner.layout import Layout
+from planner.layout import RECOMPUTE_CODES, Layout
 from planner.specs import ClusterSpec, GpuProfile, JobSpec, ModelSpec
 from planner.stacks import DEFAULT_STACK, recipe_of, resolve_stack
 
@@ -85,14 +86,42 @@ class Skipped:
 
 # ---- published_runs.csv columns ---------------------------------------------------------------
 
-def _num(value: Any) -> float | None:
-    """A float, or None for an empty cell."""
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value == "":
+# Whole-number columns (of tables and validate records) and their physical bounds; a value
+# outside them is the reason a row is skipped, never a fit input.
+COUNT_BOUNDS: dict[str, tuple[int, int]] = {
+    "layers": (1, limits.MAX_LAYERS), "hidden": (1, limits.MAX_HIDDEN),
+    "heads": (1, limits.MAX_HEADS), "kv_heads": (1, limits.MAX_HEADS),
+    "ffn_hidden": (1, limits.MAX_FFN), "vocab": (1, limits.MAX_VOCAB),
+    "seq_len": (1, limits.MAX_SEQ_LEN), "global_batch": (1, limits.MAX_GLOBAL_BATCH),
+    "num_gpus": (1, limits.MAX_GPUS), "world_size": (1, limits.MAX_GPUS),
+    "nnodes": (1, limits.MAX_GPUS), "nproc_per_node": (1, limits.MAX_GPUS_PER_NODE),
+    "tp": (1, limits.MAX_GPUS), "pp": (1, limits.MAX_LAYERS), "dp": (1, limits.MAX_GPUS),
+    "cp": (1, limits.MAX_GPUS), "ep": (1, limits.MAX_EXPERTS), "vpp": (1, limits.MAX_LAYERS),
+    "micro_batch": (1, limits.MAX_GLOBAL_BATCH), "mbs": (1, limits.MAX_GLOBAL_BATCH),
+    "zero": (0, 3),
+}
+
+
+def _num(value: Any, col: str = "value") -> float | None:
+    """A finite float, or None for an empty cell (pandas reads 'NaN'/'NA' cells as empty).
+    SpecError (the row's skip reason) for text that is no number, a boolean, a list or mapping,
+    or an infinite value."""
+    if value is None or (isinstance(value, str) and not value.strip()):
         return None
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        shown = str(value).lower() if isinstance(value, bool) else type(value).__name__
+        raise SpecError(f"{col}: {shown} is not a number")
     try:
-        return float(value)
-    except (TypeError, ValueError):
+        x = float(value)
+    except ValueError:
+        raise SpecError(f"{col}: '{str(value).strip()[:40]}' is not a number") from None
+    except OverflowError:
+        raise SpecError(f"{col}: {str(value)[:20]}... is too large") from None
+    if math.isnan(x):
         return None
+    if not math.isfinite(x):
+        raise SpecError(f"{col}: {value} is not a finite number")
+    return x
 
 
 def _text(value: Any) -> str:
@@ -100,9 +129,32 @@ def _text(value: Any) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
 
 
-def _int(value: Any) -> int | None:
-    x = _num(value)
-    return None if x is None else int(round(x))
+def _int(value: Any, col: str) -> int | None:
+    """A whole number in the column's bounds (COUNT_BOUNDS), or None for an empty cell;
+    SpecError naming the column and the bound otherwise."""
+    x = _num(value, col)
+    if x is None:
+        return None
+    lower, upper = COUNT_BOUNDS[col]
+    if x != int(x):
+        raise SpecError(f"{col} {x:g} is not a whole number")
+    if x < lower:
+        raise SpecError(f"{col} {x:g} must be at least {lower}")
+    if x > upper:
+        raise SpecError(f"{col} {x:g} is more than {upper}, the largest accepted")
+    return int(x)
+
+
+def _seconds(value: Any, col: str) -> float | None:
+    """A measured duration in (0, MAX_STEP_TIME_S] seconds, or None for an empty cell."""
+    x = _num(value, col)
+    if x is None:
+        return None
+    if x <= 0:
+        raise SpecError(f"{col} {x:g} s is not a positive time")
+    if x > limits.MAX_STEP_TIME_S:
+        raise SpecError(f"{col} {x:g} s is more than {limits.MAX_STEP_TIME_S:g} s (a day) per step")
+    return x
 
 
 def gpu_name_of(gpu_type: str) -> str:
@@ -112,7 +164,10 @@ def gpu_name_of(gpu_type: str) -> str:
 
 
 def precision_of(text: str) -> str | None:
-    """The matmul precision a table's label means (bf16, fp16, fp8), None when unsupported (FP4)."""
+    """The matmul precision a table's label means (bf16, fp16, fp8), None when unsupported (FP4,
+    FP32/TF32). Sources' own words for a 16-bit run that does not say which ('mixed (not
+    stated)', 'mixed (16-bit, not specified)') read as BF16, like 'fp16 or bf16 (not
+    stated)': the two have the same tensor peak on every GPU from the A100 on."""
     t = text.lower()
     if "fp4" in t:
         return None
@@ -120,13 +175,16 @@ def precision_of(text: str) -> str | None:
         return "fp8"
     if "bf16" in t:  # includes "fp16 or bf16 (not stated)": BF16 is the A100-era default
         return "bf16"
-    if "fp16" in t:
+    if "fp16" in t:  # includes "mixed fp16 (not stated)"
         return "fp16"
+    if "16-bit" in t or "16 bit" in t or re.match(r"\s*(amp|mixed)\b", t):
+        return "bf16"
     return None
 
 
 def zero_of(text: str | None) -> int | None:
-    """ZeRO stage of a table's sharding label; None when the table does not say."""
+    """ZeRO stage of a table's sharding label; None when the table does not say; SpecError for
+    a stage that does not exist (ZeRO-7)."""
     if not text:
         return None
     t = text.lower()
@@ -134,20 +192,24 @@ def zero_of(text: str | None) -> int | None:
         return 2  # FSDP SHARD_GRAD_OP shards gradients and optimizer state: ZeRO-2
     if "fsdp" in t or "full_shard" in t or "zero-3" in t:
         return 3
-    m = re.search(r"zero-(\d)", t)
+    m = re.search(r"zero-(\d+)", t)
     if m:
+        if int(m.group(1)) > 3:
+            raise SpecError(f"zero_or_fsdp '{text}': ZeRO has stages 0-3")
         return int(m.group(1))
     return None  # e.g. "DDP + (Megatron distributed optimizer likely; not stated)"
 
 
 def recompute_of(text: str | None) -> str | None:
-    if not text:
+    """Recompute level of a table's label ('full (activation checkpointing)' -> full); None
+    for an empty cell; SpecError for a label that names no level."""
+    if not text or not text.strip():
         return None
-    t = text.lower()
-    for value in ("none", "selective", "full"):
+    t = text.strip().lower()
+    for value in RECOMPUTE_CODES:
         if t.startswith(value):
             return value
-    return None
+    raise SpecError(f"recompute '{text.strip()[:40]}' is not one of {', '.join(RECOMPUTE_CODES)}")
 
 
 # Columns that state the model exactly (issue 16): `model_spec` names a built-in model or a model
@@ -218,8 +280,8 @@ def model_warnings(row: dict[str, Any], model: ModelSpec, guessed: bool) -> list
     out = []
     where = f"row {row.get('row_id', '?')}"
     if _text(row.get(MODEL_SPEC_COLUMN)) is not None:
-        stated = {f: _int(row.get(c)) for c, f in SHAPE_COLUMNS.items()
-                  if _int(row.get(c)) is not None}
+        stated = {f: _int(row.get(c), c) for c, f in SHAPE_COLUMNS.items()
+                  if _int(row.get(c), c) is not None}
         wrong = [f"{f} {v} != {getattr(model, f)}" for f, v in stated.items()
                  if getattr(model, f) != v]
         if wrong:
@@ -248,40 +310,48 @@ def model_from_row(row: dict[str, Any], base: Path | None = None) -> ModelSpec:
     named = _named_model(row, base)
     if named is not None:
         return named
-    hidden, layers = _int(row.get("hidden")), _int(row.get("layers"))
-    ffn = _int(row.get("ffn_hidden"))
+    hidden, layers = _int(row.get("hidden"), "hidden"), _int(row.get("layers"), "layers")
+    ffn = _int(row.get("ffn_hidden"), "ffn_hidden")
+    # a GPT-style row (the model's name says GPT) that omits ffn_hidden has GPT's 4 x hidden
+    # (Radford et al. 2019; Brown et al. 2020, Table 2.1: d_ff = 4 d_model)
+    gpt_style = "gpt" in str(row.get("model", "")).lower()
+    if ffn is None and hidden and gpt_style:
+        ffn = 4 * hidden
     if not hidden or not layers or not ffn:
         raise SpecError("row lacks hidden, layers or ffn_hidden")
-    heads = _int(row.get("heads"))
+    heads = _int(row.get("heads"), "heads")
     if heads is None:
-        m = re.search(r"NHEADS=(\d+)", str(row.get("notes", "")))
-        heads = int(m.group(1)) if m else None
+        m = re.search(r"NHEADS=(\d{1,9})\b", str(row.get("notes", "")))
+        heads = _int(m.group(1), "heads") if m else None
     if heads is None:
         raise SpecError("row lacks the number of attention heads")
-    kv = _int(row.get("kv_heads")) or heads
-    vocab = _int(row.get("vocab"))
-    if vocab is None and "gpt" in str(row.get("model", "")).lower():
+    kv = _int(row.get("kv_heads"), "kv_heads") or heads
+    vocab = _int(row.get("vocab"), "vocab")
+    if vocab is None and gpt_style:
         vocab = GPT_VOCAB
     if vocab is None:
         raise SpecError("row lacks the vocabulary size")
-    seq = _int(row.get("seq_len")) or 2048
+    seq = _int(row.get("seq_len"), "seq_len") or 2048
     spec = dict(
         name=str(row.get("model") or "model").strip(),
         num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
         num_key_value_heads=kv, intermediate_size=ffn, vocab_size=vocab, seq_len=seq,
-        global_batch=_int(row.get("global_batch")) or 1,
+        global_batch=_int(row.get("global_batch"), "global_batch") or 1,
     )
     tied = _bool(row.get("tie_word_embeddings"))
     if tied is not None:
         spec["tie_word_embeddings"] = tied
     activation = _text(row.get("activation"))
+    from planner.registry import validate_as
+
     try:
         if activation is not None:
-            return ModelSpec(**spec, activation=activation)
-        candidates = [ModelSpec(**spec, activation=a) for a in ("swiglu", "gelu")]
-    except ValueError as exc:
-        raise SpecError(f"row's architecture is inconsistent: {str(exc).splitlines()[0]}") from None
-    params_b = _num(row.get("params_b"))
+            return validate_as(ModelSpec, dict(spec, activation=activation), "row's architecture")
+        candidates = [validate_as(ModelSpec, dict(spec, activation=a), "row's architecture")
+                      for a in ("swiglu", "gelu")]
+    except SpecError as exc:
+        raise SpecError(str(exc).replace("Value error, ", "")) from None
+    params_b = _num(row.get("params_b"), "params_b")
     if params_b is None:
         return candidates[1] if ffn == 4 * hidden else candidates[0]
     return min(candidates, key=lambda m: abs(m.num_params / 1e9 - params_b))
@@ -291,13 +361,31 @@ def step_time_of(row: dict[str, Any]) -> float | None:
     """Measured seconds per optimizer step: the reported iteration time, else the derived one,
     else global_batch x seq_len / (tokens/s/GPU x GPUs)."""
     for col in ("iteration_time_s", "iteration_time_s_derived"):
-        value = _num(row.get(col))
+        value = _seconds(row.get(col), col)
         if value:
             return value
-    tps, gbs, seq, n = (_num(row.get(c)) for c in ("tokens_per_s_per_gpu", "global_batch",
-                                                    "seq_len", "num_gpus"))
+    tps = _num(row.get("tokens_per_s_per_gpu"), "tokens_per_s_per_gpu")
+    gbs, seq, n = (_int(row.get(c), c) for c in ("global_batch", "seq_len", "num_gpus"))
+    if tps is not None and tps <= 0:
+        raise SpecError(f"tokens_per_s_per_gpu {tps:g} is not a positive throughput")
     if tps and gbs and seq and n:
-        return gbs * seq / (tps * n)
+        return _seconds(gbs * seq / (tps * n), "step time from tokens_per_s_per_gpu")
+    return None
+
+
+def physics_reason(run: MeasuredRun) -> str | None:
+    """Why a measured step time cannot be true, or None: model FLOPs (causal attention, no
+    recompute: the least work the step must do) faster than the GPUs' dense peak, MFU > 1."""
+    if run.measured_step_time_s is None:
+        return None
+    job = run.job
+    flops = run.model.train_flops_per_token(job.seq_len, causal=True) * job.tokens_per_step
+    peak = run.cluster.gpu.peak_flops(job.precision) * run.cluster.num_gpus
+    mfu = flops / (run.measured_step_time_s * peak)
+    if mfu > 1:
+        return (f"step time {run.measured_step_time_s:g} s implies MFU {mfu:.3g} > 1 on "
+                f"{run.cluster.num_gpus} {run.cluster.gpu.name}: faster than the dense "
+                f"{job.precision} peak")
     return None
 
 
@@ -328,11 +416,11 @@ def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] |
     warnings = model_warnings(row, model, guessed)
     if models is not None:
         model = models.setdefault(model.model_dump_json(), model)
-    num_gpus = _int(row.get("num_gpus"))
+    num_gpus = _int(row.get("num_gpus"), "num_gpus")
     if not num_gpus:
         raise SpecError("row lacks num_gpus")
     cluster = parse_cluster(f"{num_gpus}x{gpu.name}", profile=gpu)
-    seq, gbs = _int(row.get("seq_len")), _int(row.get("global_batch"))
+    seq, gbs = _int(row.get("seq_len"), "seq_len"), _int(row.get("global_batch"), "global_batch")
     if not seq or not gbs:
         raise SpecError("row lacks seq_len or global_batch")
     # the `stack` column names the software; the `framework` column feeds it (same rules)
@@ -343,9 +431,10 @@ def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] |
     pins: dict[str, Any] = {}
     for col, knob in (("tp", "tp"), ("pp", "pp"), ("dp", "dp"), ("cp", "cp"), ("vpp", "vpp"),
                       ("micro_batch", "mbs")):
-        value = _int(row.get(col))
+        value = _int(row.get(col), col)
         if value is not None:
             pins[knob] = value
+    _check_world(pins, cluster.num_gpus)
     if "vpp" in pins and pins.get("pp", 1) == 1:
         pins["vpp"] = 1
     zero = zero_of(row.get("zero_or_fsdp") if isinstance(row.get("zero_or_fsdp"), str) else None)
@@ -358,6 +447,8 @@ def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] |
     sp = row.get("sp")
     if isinstance(sp, str) and sp.strip().lower() in ("yes", "no", "true", "false"):
         pins["sp"] = sp.strip().lower() in ("yes", "true")
+    elif sp is not None and not (isinstance(sp, str) and not sp.strip()):
+        raise SpecError(f"sp '{str(sp)[:40]}' is not yes/no")
     for knob, value in stack.layout_defaults.items():
         # what the software cannot do (Megatron-DeepSpeed: no interleaving, no SP; Megatron-LM
         # 2021: no distributed optimizer), unless the row says otherwise
@@ -366,14 +457,30 @@ def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] |
     step = None if oom else step_time_of(row)
     if step is None and not oom:
         raise SpecError("row has no step time, throughput or OOM label")
-    return MeasuredRun(
+    return _physical(MeasuredRun(
         run_id=f"{row.get('source_id', 'csv')}:{row.get('row_id', '?')}",
         source_id=str(row.get("source_id", "csv")),
         model=model, cluster=cluster, job=job, pins=pins, measured_step_time_s=step, oom=oom,
         quality=str(row.get("quality", "A")), gpu_type=gpu_type, notes=str(row.get("notes", "")),
         stack=stack.name,
         extra={"warnings": warnings} if warnings else {},
-    )
+    ))
+
+
+def _physical(run: MeasuredRun) -> MeasuredRun:
+    reason = physics_reason(run)
+    if reason:
+        raise SpecError(reason)
+    return run
+
+
+def _check_world(pins: dict[str, Any], num_gpus: int) -> None:
+    """The stated degrees tp x pp x dp x cp must be the run's GPU count when all are stated."""
+    if all(k in pins for k in ("tp", "pp", "dp", "cp")):
+        world = math.prod(pins[k] for k in ("tp", "pp", "dp", "cp"))
+        if world != num_gpus:
+            raise SpecError(f"tp*pp*dp*cp = {pins['tp']}*{pins['pp']}*{pins['dp']}*{pins['cp']} "
+                            f"= {world} is not the run's {num_gpus} GPUs")
 
 
 def load_table(path: str | Path = PUBLISHED_RUNS_CSV,
@@ -435,40 +542,69 @@ def _record_model(record: dict[str, Any]) -> ModelSpec:
     return model
 
 
+def record_pins(record: dict[str, Any]) -> dict[str, Any]:
+    """The layout knobs a record states, checked: degrees whole numbers in their bounds, zero a
+    stage 0-3, recompute a level, sp a boolean; SpecError (the skip reason) otherwise."""
+    pins: dict[str, Any] = {}
+    for knob in LAYOUT_KNOBS:
+        value = record.get(knob)
+        if value is None:
+            continue
+        if knob == "recompute":
+            if not isinstance(value, str) or value not in RECOMPUTE_CODES:
+                raise SpecError(f"recompute {str(value)[:40]!r} is not one of "
+                                f"{', '.join(RECOMPUTE_CODES)}")
+        elif knob == "sp":
+            if not isinstance(value, bool):
+                raise SpecError(f"sp {str(value)[:40]!r} is not true or false")
+        else:
+            value = _int(value, knob)
+            if value is None:
+                continue
+        pins[knob] = value
+    return pins
+
+
 def run_from_record(record: dict[str, Any], gpu: GpuProfile, run_id: str) -> MeasuredRun:
     """One `planner validate` record -> MeasuredRun predicted on `gpu` (one node of world_size
     processes unless the record names its cluster)."""
-    from planner.registry import parse_cluster
+    from planner.registry import parse_cluster, validate_as
 
-    if not record.get("ok", False):
-        raise SpecError(f"run failed: {record.get('error') or 'ok is false'}")
-    step = _num(record.get("measured_step_time_s"))
+    if not isinstance(record, dict):
+        raise SpecError(f"a record is a JSON object, got {type(record).__name__}")
+    if record.get("ok", False) is not True:
+        raise SpecError(f"run failed: {str(record.get('error') or 'ok is not true')[:200]}")
+    step = _seconds(record.get("measured_step_time_s"), "measured_step_time_s")
     if not step:
         raise SpecError("record has no measured_step_time_s")
     model = _record_model(record)
-    pins = {k: record[k] for k in LAYOUT_KNOBS if record.get(k) is not None}
-    world = _int(record.get("world_size")) or math.prod(pins.get(k, 1)
-                                                         for k in ("tp", "pp", "dp", "cp"))
+    pins = record_pins(record)
+    world = _int(record.get("world_size"), "world_size") or math.prod(
+        pins.get(k, 1) for k in ("tp", "pp", "dp", "cp"))
     cluster_text = record.get("cluster")
-    nnodes = _int(record.get("nnodes")) or 1
+    nnodes = _int(record.get("nnodes"), "nnodes") or 1
     if isinstance(cluster_text, str) and cluster_text:
         cluster = parse_cluster(cluster_text, profile=gpu)
     else:  # validate's launcher: nnodes x nproc_per_node processes
-        per_node = _int(record.get("nproc_per_node")) or max(1, world // nnodes)
-        cluster = ClusterSpec(gpu=gpu, num_nodes=nnodes, gpus_per_node=per_node)
+        per_node = _int(record.get("nproc_per_node"), "nproc_per_node") or max(1, world // nnodes)
+        cluster = validate_as(ClusterSpec, dict(gpu=gpu, num_nodes=nnodes, gpus_per_node=per_node),
+                              "record's cluster")
+    _check_world(pins, cluster.num_gpus)
     precision = record.get("precision")
     if precision not in ("bf16", "fp16", "fp8"):
         precision = "bf16"
+    seq, gbs = (_int(record.get(c), c) for c in ("seq_len", "global_batch"))
+    if not seq or not gbs:
+        raise SpecError("record lacks seq_len or global_batch")
     stack = resolve_stack(_text(record.get("stack")))
-    job = stack.job(JobSpec(seq_len=int(record["seq_len"]),
-                            global_batch=int(record["global_batch"]), precision=precision))
-    return MeasuredRun(
+    job = stack.job(JobSpec(seq_len=seq, global_batch=gbs, precision=precision))
+    return _physical(MeasuredRun(
         run_id=run_id, source_id=str(record.get("source_id") or "validate"), model=model,
         cluster=cluster, job=job, pins=pins, measured_step_time_s=step,
         gpu_type=str(record.get("device", "")),
         extra={"predicted_step_time_s": record.get("predicted_step_time_s")},
         stack=stack.name,
-    )
+    ))
 
 
 def load_records(path: str | Path, gpu: GpuProfile) -> tuple[list[MeasuredRun], list[Skipped]]:
@@ -483,7 +619,7 @@ def load_records(path: str | Path, gpu: GpuProfile) -> tuple[list[MeasuredRun], 
         run_id = f"{path.name}:{i}"
         try:
             runs.append(run_from_record(record, gpu, run_id))
-        except (PlannerError, KeyError, TypeError, ValueError) as exc:
+        except PlannerError as exc:
             skipped.append(Skipped(run_id, "validate", str(exc).splitlines()[0] if str(exc) else
                                    type(exc).__name__))
     return runs, skipped

@@ -11,8 +11,8 @@
     planner report --html plans.html --model llama70b --cluster 128xA100
 
 Each command lives in its own module and only parses, calls the library and formats. Errors a
-user causes (planner.errors.PlannerError) are printed as one line on stderr with exit code 2
-(1 for an infeasible solve).
+user causes (planner.errors.PlannerError, and the parser's usage errors) are printed as one line
+on stderr with exit code 2 (1 for an infeasible solve).
 """
 
 from __future__ import annotations
@@ -60,16 +60,44 @@ def __getattr__(name: str) -> Any:
 
 
 def main() -> None:
-    """Console-script entry point. typer runs in standalone mode (usage errors exit 2 with its
-    own message, typer.Exit codes pass through); our own PlannerError becomes one line."""
-    app = register(sys.argv)
+    """Console-script entry point: exit with run()'s code."""
+    sys.exit(run())
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI on `argv` (default sys.argv[1:]) and return its exit code: 0 ok, 1 nothing
+    fits or a run failed, 2 bad input. Every bad input, ours (PlannerError) or the parser's
+    (typer/click usage errors: an unknown option, a value out of range, a missing value), is one
+    `error: ...` line on stderr; --help and a bare `planner` print the help (exit 0)."""
+    from typer.exceptions import TyperException
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    app = register(["planner", *args])
     try:
-        app()
+        result = app(args=args, prog_name="planner", standalone_mode=False)
     except PlannerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
         for line in getattr(exc, "diagnosis", []):
             print(f"  {line}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
+    except TyperException as exc:  # click's UsageError / BadParameter / NoSuchOption, Abort
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `planner` or a bare group
+            print(exc.format_message())
+            return 0
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        message = exc.format_message() if hasattr(exc, "format_message") else "aborted"
+        print(f"error: {one_line(message)}{hint}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", 2))
+    except BrokenPipeError:  # `planner models | head`: the reader left; say nothing more
+        sys.stdout = None  # type: ignore[assignment] - no flush at exit into the closed pipe
+        return 1
+    return result if isinstance(result, int) else 0
 
 
-__all__ = ["app", "main"]
+def one_line(text: str) -> str:
+    """`text` with its line breaks and runs of blanks folded to single spaces."""
+    return " ".join(text.split())
+
+
+__all__ = ["app", "main", "one_line", "run"]

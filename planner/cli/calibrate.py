@@ -25,6 +25,7 @@ from typing import Annotated
 
 import typer
 
+from planner.cli.options import output_option
 from planner.cli.typer_app import app
 
 RunsOpt = Annotated[list[Path], typer.Option(
@@ -32,7 +33,7 @@ RunsOpt = Annotated[list[Path], typer.Option(
     "torchtitan training log (.log); repeat for several.")]
 BaseProfileOpt = Annotated[str, typer.Option(
     "--profile", help="GPU profile to start from: built-in name or YAML.")]
-OutOpt = Annotated[Path, typer.Option("--out", help="Write the fitted profile here (YAML).")]
+OutOpt = output_option("--out", "Write the fitted profile here (YAML).")
 FitOpt = Annotated[str | None, typer.Option(
     "--fit", help="Comma-separated parameters to fit (default: every one the runs move).")]
 SourceOpt = Annotated[list[str] | None, typer.Option(

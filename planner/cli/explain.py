@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
+from planner import limits
 from planner.cli.options import (
     AttentionChoice,
     AttentionOpt,
@@ -53,6 +54,7 @@ from planner.cli.options import (
     check_lr_options,
     layout_pins,
     load_inputs,
+    output_file,
     run_inputs,
     with_runs,
 )
@@ -60,11 +62,14 @@ from planner.cli.typer_app import app
 from planner.errors import LayoutError, SpecError
 
 RankOpt = Annotated[int | None, typer.Option(
-    "--rank", min=1, help="Explain the N-th plan of the ranking (solve with the same options).")]
+    "--rank", min=1, max=limits.MAX_TOP,
+    help="Explain the N-th plan of the ranking (solve with the same options).")]
 FiguresOpt = Annotated[Path | None, typer.Option(
     "--figures", help="Write the plan's figures here (schedule, memory, pareto; PNG and SVG).")]
-HtmlOpt = Annotated[Path, typer.Option("--html", help="Write the HTML report here.")]
-TopOpt = Annotated[int, typer.Option("--top", min=1, help="Ranked plans in the table.")]
+HtmlOpt = Annotated[Path, typer.Option("--html", callback=output_file,
+                                       help="Write the HTML report here.")]
+TopOpt = Annotated[int, typer.Option("--top", min=1, max=limits.MAX_TOP,
+                                     help="Ranked plans in the table.")]
 CompareOpt = Annotated[list[str] | None, typer.Option(
     "--compare-cluster", help="Also rank on this cluster (repeatable): the Pareto figure then "
     "compares the clusters, step time against peak memory and against GPU count.")]

@@ -12,7 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli.options import load_inputs
+from planner import limits
+from planner.cli.options import load_inputs, output_file
 
 
 class LauncherChoice(str, Enum):
@@ -36,8 +37,10 @@ ToOpt = Annotated[LauncherChoice, typer.Option("--to", help="The launcher to wri
 ExportOpt = Annotated[LauncherChoice | None, typer.Option(
     "--export", help="Also write the winner as this launcher's configuration (see --out).")]
 OutOpt = Annotated[Path | None, typer.Option(
-    "--out", help="Write the launcher configuration here (stdout otherwise).")]
-RankOpt = Annotated[int, typer.Option("--rank", min=1, help="Which ranked plan to write.")]
+    "--out", callback=output_file,
+    help="Write the launcher configuration here (stdout otherwise).")]
+RankOpt = Annotated[int, typer.Option("--rank", min=1, max=limits.MAX_TOP,
+                                      help="Which ranked plan to write.")]
 
 RECIPE_OPTIONS = ("precision", "attention", "grad_dtype", "tp_comm_overlap", "p2p_overlap")
 

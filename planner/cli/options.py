@@ -4,11 +4,15 @@ to solve."""
 
 from __future__ import annotations
 
+import math
+import re
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+from planner import limits
 
 
 class RecomputeChoice(str, Enum):
@@ -37,31 +41,94 @@ class PrecisionChoice(str, Enum):
     fp8 = "fp8"
 
 
+# ---- checks every option of its kind shares (typer callbacks: a bad value is one line) -----
+
+def output_file(ctx: typer.Context, param: typer.CallbackParam, value: Path | None):  # noqa: ANN201
+    """An output file option: refuse an empty path, a directory, a path under a plain file or
+    in an unwritable folder before any work is done (planner.io.check_output_file)."""
+    from planner.io import check_output_file
+
+    if value is None or ctx.resilient_parsing:
+        return value
+    return check_output_file(value, param.opts[0] if param.opts else "output file")
+
+
+def finite_seconds(ctx: typer.Context, param: typer.CallbackParam, value: float | None):  # noqa: ANN201
+    """A duration option: finite (inf/NaN pass click's FloatRange) and at most a week."""
+    if value is None:
+        return value
+    if not math.isfinite(value) or value > limits.MAX_TIMEOUT_S:
+        raise typer.BadParameter(f"{value:g} s is not a finite number of seconds up to "
+                                 f"{limits.MAX_TIMEOUT_S:g} (a week)")
+    return value
+
+
+def finite(ctx: typer.Context, param: typer.CallbackParam, value: float | None):  # noqa: ANN201
+    """A real option: finite (NaN passes click's FloatRange, which only compares)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
+
+
+_HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_ENDPOINT_RE = re.compile(
+    rf"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>{_HOST_LABEL}(?:\.{_HOST_LABEL})*))"
+    r"(?::(?P<port>\d{1,5}))?$"
+)
+
+
+def rdzv_endpoint(ctx: typer.Context, param: typer.CallbackParam, value: str | None):  # noqa: ANN201
+    """torchrun's --rdzv-endpoint: HOST[:PORT] with a host name, an IPv4 address or [IPv6], and
+    a port in 1..65535 (torch.distributed.elastic parses the same shape; 29400 if none)."""
+    if value is None:
+        return value
+    m = _ENDPOINT_RE.match(value.strip())
+    port = int(m.group("port")) if m and m.group("port") else None
+    if m is None or (m.group("v6") is not None and m.group("v6").count(":") < 2):
+        raise typer.BadParameter(f"'{value}' is not HOST:PORT (node0:29500, 10.0.0.1:29500, "
+                                 "[fd00::1]:29500)")
+    if port is not None and not 1 <= port <= 65535:
+        raise typer.BadParameter(f"port {port} of '{value}' is not in 1..65535")
+    return value.strip()
+
+
+BACKENDS = ("gloo", "nccl", "mpi", "xccl")  # torch.distributed.Backend's built-in names
+
+
+def backend_name(ctx: typer.Context, param: typer.CallbackParam, value: str | None):  # noqa: ANN201
+    """A torch.distributed backend name (None: nccl on GPUs, else gloo)."""
+    if value is None:
+        return value
+    if value.strip().lower() not in BACKENDS:
+        raise typer.BadParameter(f"'{value}' is not a torch.distributed backend "
+                                 f"({', '.join(BACKENDS)})")
+    return value.strip().lower()
+
+
 ModelOpt = Annotated[
     str, typer.Option("--model", "-m", help="Built-in name/alias, spec YAML, or HF config.json.")
 ]
 ClusterOpt = Annotated[
     str, typer.Option("--cluster", "-c", help="NxGPU, NODESxPERNODExGPU, or a cluster YAML.")
 ]
-SeqLenOpt = Annotated[
-    int | None, typer.Option("--seq-len", min=1, help="Tokens per sequence (default: the model's).")
-]
-GlobalBatchOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--global-batch", min=1, help="Sequences per optimizer step (default: the model's)."
-    ),
-]
-TpOpt = Annotated[int | None, typer.Option("--tp", min=1, help="Tensor-parallel degree.")]
-PpOpt = Annotated[int | None, typer.Option("--pp", min=1, help="Pipeline-parallel degree.")]
-DpOpt = Annotated[int | None, typer.Option("--dp", min=1, help="Data-parallel degree.")]
-CpOpt = Annotated[int | None, typer.Option("--cp", min=1, help="Context-parallel degree.")]
-EpOpt = Annotated[int | None, typer.Option("--ep", min=1, help="Expert-parallel degree (MoE).")]
-VppOpt = Annotated[
-    int | None,
-    typer.Option("--vpp", min=1, help="Virtual stages per GPU (interleaved 1F1B); 1 = 1F1B."),
-]
-MbsOpt = Annotated[int | None, typer.Option("--mbs", min=1, help="Micro-batch size, sequences.")]
+
+
+def _count(flag: str, upper: int, help_text: str) -> Any:
+    """An optional whole-number option in 1..upper (the physical bound of planner.limits)."""
+    return Annotated[int | None, typer.Option(flag, min=1, max=upper, help=help_text)]
+
+
+SeqLenOpt = _count("--seq-len", limits.MAX_SEQ_LEN, "Tokens per sequence (default: the model's).")
+GlobalBatchOpt = _count("--global-batch", limits.MAX_GLOBAL_BATCH,
+                        "Sequences per optimizer step (default: the model's).")
+TpOpt = _count("--tp", limits.MAX_GPUS, "Tensor-parallel degree.")
+PpOpt = _count("--pp", limits.MAX_LAYERS, "Pipeline-parallel degree.")
+DpOpt = _count("--dp", limits.MAX_GPUS, "Data-parallel degree.")
+CpOpt = _count("--cp", limits.MAX_GPUS, "Context-parallel degree.")
+EpOpt = _count("--ep", limits.MAX_EXPERTS, "Expert-parallel degree (MoE).")
+VppOpt = _count("--vpp", limits.MAX_LAYERS,
+                "Virtual stages per GPU (interleaved 1F1B); 1 = 1F1B.")
+MbsOpt = _count("--mbs", limits.MAX_GLOBAL_BATCH, "Micro-batch size, sequences.")
 ZeroOpt = Annotated[
     int | None, typer.Option("--zero", min=0, max=3, help="ZeRO stage / FSDP sharding (0-3).")
 ]
@@ -131,8 +198,28 @@ EvenStagesOpt = Annotated[
     typer.Option("--even-stages", help="Keep the even rule's layers per stage (floor/ceil, the "
                  "extra layers to the inner stages): no uneven split is searched."),
 ]
-CsvOpt = Annotated[Path | None, typer.Option("--csv", help="Write the plan(s) as CSV here.")]
+CsvOpt = Annotated[Path | None, typer.Option("--csv", callback=output_file,
+                                             help="Write the plan(s) as CSV here.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+RdzvEndpointOpt = Annotated[str | None, typer.Option(
+    "--rdzv-endpoint", callback=rdzv_endpoint,
+    help="HOST:PORT of the rendezvous (needed with --nnodes > 1).")]
+BackendOpt = Annotated[str | None, typer.Option(
+    "--backend", callback=backend_name,
+    help="torch.distributed backend: gloo, nccl, mpi, xccl (default: nccl on GPUs, else gloo).")]
+NnodesOpt = Annotated[int, typer.Option("--nnodes", min=1, max=limits.MAX_NNODES,
+                                        help="Nodes of the run.")]
+
+
+def timeout_option(help_text: str) -> Any:
+    """A --timeout of seconds: at least 1, finite, at most a week."""
+    return Annotated[float, typer.Option("--timeout", min=1, callback=finite_seconds,
+                                         help=help_text)]
+
+
+def output_option(flag: str, help_text: str, *short: str) -> Any:
+    """A file option a command writes (checked by output_file before any work)."""
+    return Annotated[Path, typer.Option(flag, *short, callback=output_file, help=help_text)]
 
 
 def layout_pins(**values: Any) -> dict[str, Any]:
@@ -206,36 +293,43 @@ def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | N
 # ---- the training run (planner.operations): time, cost, energy, checkpoints, LR ----------
 TrainTokensOpt = Annotated[
     float | None,
-    typer.Option("--train-tokens", min=1, help="Tokens to train on (e.g. 15e12): adds "
+    typer.Option("--train-tokens", min=1, max=limits.MAX_TRAIN_TOKENS, callback=finite,
+                 help="Tokens to train on (e.g. 15e12): adds "
                  "train_days, gpu_hours, cost_usd, energy_mwh, checkpoint_gb, "
                  "checkpoint_interval_min to every plan."),
 ]
 GpuHourPriceOpt = Annotated[
     float | None,
-    typer.Option("--gpu-hour-price", min=0, help="USD per GPU-hour (default 2, seed 001 ch. 9)."),
+    typer.Option("--gpu-hour-price", min=0, max=limits.MAX_GPU_HOUR_PRICE, callback=finite,
+                 help="USD per GPU-hour (default 2, seed 001 ch. 9)."),
 ]
 PueOpt = Annotated[
     float | None,
-    typer.Option("--pue", min=1, help="Power usage effectiveness (default 1.4, seed 001 Ex 9.9)."),
+    typer.Option("--pue", min=1, max=limits.MAX_PUE, callback=finite,
+                 help="Power usage effectiveness (default 1.4, seed 001 Ex 9.9)."),
 ]
 MtbfOpt = Annotated[
     float | None,
-    typer.Option("--mtbf-hours", min=0.001, help="Mean time between failures of one node, hours "
+    typer.Option("--mtbf-hours", min=0.001, max=limits.MAX_MTBF_HOURS, callback=finite,
+                 help="Mean time between failures of one node, hours "
                  "(default 6335: Llama 3's 419 interruptions in 54 days on 2048 nodes)."),
 ]
 StorageOpt = Annotated[
     float | None,
-    typer.Option("--storage-gb-per-s", min=0.001, help="Aggregate checkpoint write bandwidth, "
+    typer.Option("--storage-gb-per-s", min=0.001, max=limits.MAX_STORAGE_GB_PER_S,
+                 callback=finite, help="Aggregate checkpoint write bandwidth, "
                  "GB/s (default 10, seed 001 ch. 7)."),
 ]
 RefLrOpt = Annotated[
     float | None,
-    typer.Option("--ref-lr", min=0, help="A peak learning rate tuned at --ref-batch: prints the "
+    typer.Option("--ref-lr", min=0, max=limits.MAX_LEARNING_RATE, callback=finite,
+                 help="A peak learning rate tuned at --ref-batch: prints the "
                  "linear / square-root scaled LR and warmup for the plan's global batch."),
 ]
 RefBatchOpt = Annotated[
     float | None,
-    typer.Option("--ref-batch", min=1, help="The global batch (sequences) --ref-lr was tuned at."),
+    typer.Option("--ref-batch", min=1, max=limits.MAX_GLOBAL_BATCH, callback=finite,
+                 help="The global batch (sequences) --ref-lr was tuned at."),
 ]
 
 

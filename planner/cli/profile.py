@@ -17,22 +17,23 @@ from typing import Annotated
 
 import typer
 
+from planner import limits
+from planner.cli.options import NnodesOpt, RdzvEndpointOpt, output_option, timeout_option
 from planner.cli.typer_app import app
 
 
 @app.command("profile")
 def profile_cmd(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Profile YAML to write.")],
+    out: output_option("--out", "Profile YAML to write.", "-o"),
     nproc: Annotated[int | None, typer.Option(
-        "--nproc", min=2, help="Processes per node (default: the GPUs, or 2 on CPUs).")] = None,
-    nnodes: Annotated[int, typer.Option("--nnodes", min=1, help="Nodes to measure.")] = 1,
-    rdzv_endpoint: Annotated[str | None, typer.Option(
-        "--rdzv-endpoint", help="HOST:PORT of the rendezvous (needed with --nnodes > 1).")] = None,
+        "--nproc", min=2, max=limits.MAX_NPROC,
+        help="Processes per node (default: the GPUs, or 2 on CPUs).")] = None,
+    nnodes: NnodesOpt = 1,
+    rdzv_endpoint: RdzvEndpointOpt = None,
     name: Annotated[str | None, typer.Option("--name", help="Profile name (default: the "
                                              "file's stem).")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Fewer sizes, shorter timings.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Give up after this many "
-                                           "seconds.")] = 900.0,
+    timeout: timeout_option("Give up after this many seconds.") = 900.0,
 ) -> None:
     """Measure GEMM, attention, memory and collective performance and write a GPU profile."""
     import json

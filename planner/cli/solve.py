@@ -20,6 +20,7 @@ from typing import Annotated
 
 import typer
 
+from planner import limits
 from planner.cli.launch import (
     ConfigOpt,
     ExportOpt,
@@ -63,6 +64,8 @@ from planner.cli.options import (
     ZeroOpt,
     check_lr_options,
     layout_pins,
+    output_file,
+    output_option,
     parse_stage_layers,
     run_inputs,
     stack_pins,
@@ -70,19 +73,18 @@ from planner.cli.options import (
 )
 from planner.cli.typer_app import app
 
-TopOpt = Annotated[int, typer.Option("--top", min=1, help="How many ranked plans to show/write.")]
+TopOpt = Annotated[int, typer.Option("--top", min=1, max=limits.MAX_TOP,
+                                     help="How many ranked plans to show/write.")]
 CalibrateOpt = Annotated[
     int | None,
     typer.Option(
         "--calibrate",
         min=1,
+        max=limits.MAX_TOP,
         help="Closed loop: validate the top N plans here (torchrun), refit the profile, re-rank.",
     ),
 ]
-RunsOpt = Annotated[
-    Path,
-    typer.Option("--runs", help="With --calibrate: run records are appended here."),
-]
+RunsOpt = output_option("--runs", "With --calibrate: run records are appended here.")
 TpAcrossNodesOpt = Annotated[
     bool,
     typer.Option(
@@ -93,7 +95,8 @@ TpAcrossNodesOpt = Annotated[
 ]
 ProfileOutOpt = Annotated[
     Path | None,
-    typer.Option("--profile-out", help="With --calibrate: write the fitted profile here."),
+    typer.Option("--profile-out", callback=output_file,
+                 help="With --calibrate: write the fitted profile here."),
 ]
 
 

@@ -19,15 +19,19 @@ from typing import Annotated
 
 import typer
 
+from planner import limits
 from planner.cli.options import (
+    BackendOpt,
     CpOpt,
     DpOpt,
     EpOpt,
     GlobalBatchOpt,
     MbsOpt,
     ModelOpt,
+    NnodesOpt,
     PpOpt,
     ProfileOpt,
+    RdzvEndpointOpt,
     RecomputeOpt,
     SeqLenOpt,
     SpOpt,
@@ -36,19 +40,21 @@ from planner.cli.options import (
     TpOpt,
     VppOpt,
     ZeroOpt,
+    output_option,
     parse_stage_layers,
+    timeout_option,
 )
 from planner.cli.typer_app import app
 
 
-def _dim(flag: str, what: str):  # noqa: ANN202 - an Annotated alias
-    return Annotated[int | None, typer.Option(flag, min=1, help=f"Scale down: {what}.")]
+def _dim(flag: str, what: str, upper: int):  # noqa: ANN202 - an Annotated alias
+    return Annotated[int | None, typer.Option(flag, min=1, max=upper, help=f"Scale down: {what}.")]
 
 
 @app.command("validate")
 def validate_cmd(
     model: ModelOpt,
-    out: Annotated[Path, typer.Option("--out", "-o", help="JSON-lines file to append to.")],
+    out: output_option("--out", "JSON-lines file to append to.", "-o"),
     tp: TpOpt = None,
     pp: PpOpt = None,
     dp: DpOpt = None,
@@ -62,26 +68,27 @@ def validate_cmd(
     seq_len: SeqLenOpt = None,
     global_batch: GlobalBatchOpt = None,
     stage_layers: StageLayersOpt = None,
-    layers: _dim("--layers", "transformer layers") = None,
-    hidden: _dim("--hidden", "hidden size") = None,
-    heads: _dim("--heads", "attention heads") = None,
-    kv_heads: _dim("--kv-heads", "key/value heads") = None,
-    ffn: _dim("--ffn", "MLP hidden size") = None,
-    vocab: _dim("--vocab", "vocabulary size") = None,
-    steps: Annotated[int, typer.Option("--steps", min=1, help="Measured steps.")] = 5,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured steps first.")] = 2,
+    layers: _dim("--layers", "transformer layers", limits.MAX_LAYERS) = None,
+    hidden: _dim("--hidden", "hidden size", limits.MAX_HIDDEN) = None,
+    heads: _dim("--heads", "attention heads", limits.MAX_HEADS) = None,
+    kv_heads: _dim("--kv-heads", "key/value heads", limits.MAX_HEADS) = None,
+    ffn: _dim("--ffn", "MLP hidden size", limits.MAX_FFN) = None,
+    vocab: _dim("--vocab", "vocabulary size", limits.MAX_VOCAB) = None,
+    steps: Annotated[int, typer.Option("--steps", min=1, max=limits.MAX_STEPS,
+                                       help="Measured steps.")] = 5,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, max=limits.MAX_STEPS,
+                                        help="Unmeasured steps first.")] = 2,
     profile: ProfileOpt = None,
     stack: StackOpt = None,
-    nproc: Annotated[int | None, typer.Option("--nproc", min=1, help="Processes per node "
-                                              "(default: tp*pp*dp*cp / nnodes).")] = None,
-    nnodes: Annotated[int, typer.Option("--nnodes", min=1, help="Nodes of the run.")] = 1,
-    rdzv_endpoint: Annotated[str | None, typer.Option(
-        "--rdzv-endpoint", help="HOST:PORT of the rendezvous (needed with --nnodes > 1).")] = None,
-    backend: Annotated[str | None, typer.Option(
-        "--backend", help="torch.distributed backend (default: nccl on GPUs, else gloo).")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Kill the run after this "
-                                           "many seconds (it counts as failed).")] = 600.0,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of weights and synthetic data.")] = 0,
+    nproc: Annotated[int | None, typer.Option(
+        "--nproc", min=1, max=limits.MAX_NPROC,
+        help="Processes per node (default: tp*pp*dp*cp / nnodes).")] = None,
+    nnodes: NnodesOpt = 1,
+    rdzv_endpoint: RdzvEndpointOpt = None,
+    backend: BackendOpt = None,
+    timeout: timeout_option("Kill the run after this many seconds (it counts as failed).") = 600.0,
+    seed: Annotated[int, typer.Option("--seed", min=0, max=limits.MAX_SEED,
+                                      help="Seed of weights and synthetic data.")] = 0,
     pp_schedule: Annotated[str, typer.Option(
         "--pp-schedule", help="1f1b or gpipe (vpp > 1 always runs interleaved 1F1B).")] = "1f1b",
     check: Annotated[bool, typer.Option("--check/--no-check", help="Compare step 1 with a "

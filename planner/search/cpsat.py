@@ -279,7 +279,12 @@ class StructureModel:
             search_branching=cmh.SatParameters.FIXED_SEARCH,
         )
         if response.status not in (OPTIMAL, INFEASIBLE):  # FEASIBLE = stopped part way
-            raise RuntimeError(f"CP-SAT did not finish enumerating the layouts: {response.status}")
+            from planner.errors import SpecError
+
+            raise SpecError(
+                f"the layout space is too large to enumerate within {self.config.time_limit_s:g}"
+                f" s (CP-SAT status {response.status}); pin some knobs (--tp, --pp, --cp, --vpp,"
+                " --mbs) to narrow it")
         return sorted(set(collector.rows))
 
 
@@ -335,7 +340,12 @@ class SelectionModel:
         # sum of the chosen objective values: step time, then memory, then crossing groups
         keys = self.keys
         free = np.flatnonzero(~self._excluded)  # the others are 0 and add nothing
-        if len(free) and int(keys[free].max()) * max(self.top_k, 1) >= INT64_SAFE:
+        # the objective is a sum of at most top_k chosen keys, so it is bounded by both top_k x
+        # the largest key and the sum of all keys; only rows that may be chosen count (a
+        # layout that does not fit may take days, and its key never enters the objective)
+        free_keys = keys[free].astype(float)
+        bound = min(free_keys.max() * max(self.top_k, 1), free_keys.sum()) if len(free) else 0
+        if bound >= INT64_SAFE:
             raise OverflowError("objective out of int64 range; raise problem.TIME_UNIT_S")
         self.proto.objective.vars.extend(free.tolist())
         self.proto.objective.coeffs.extend(keys[free].tolist())

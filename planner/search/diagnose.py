@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from planner import limits
 from planner.errors import InfeasibleError, LayoutError, PlannerError
 from planner.layout import Layout
 from planner.search.problem import (
@@ -182,8 +183,11 @@ def gpus_needed(
     up to divisibility, so the answer is the smallest size found this way)."""
     cluster = space.cluster
     lo, hi = cluster.num_nodes, None
+    max_nodes = limits.MAX_GPUS // cluster.gpus_per_node  # past it no cluster is accepted
     for _ in range(MAX_GROWTH_DOUBLINGS):
         nodes = lo * 2
+        if nodes > max_nodes:
+            break
         if _fits_somewhere(space, _grown(cluster, nodes), config, batch_cost):
             hi = nodes
             break
@@ -246,7 +250,8 @@ def diagnose(
     gpu = cluster.gpu.name
     if needed is None:
         lines.append(
-            f"{model.name} does not fit even on {cluster.num_gpus << MAX_GROWTH_DOUBLINGS} "
+            f"{model.name} does not fit even on "
+            f"{min(cluster.num_gpus << MAX_GROWTH_DOUBLINGS, limits.MAX_GPUS)} "
             f"{gpu} at global batch {space.job.global_batch}"
         )
     else:

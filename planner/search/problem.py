@@ -179,8 +179,10 @@ def crossing_groups(layout: Layout, gpus_per_node: int) -> int:
 
 
 def scale_time(step_time_s: np.ndarray, unit_s: float = TIME_UNIT_S) -> np.ndarray:
-    """Step time in integer units of unit_s (rounded)."""
-    return np.rint(np.asarray(step_time_s, dtype=float) / unit_s).astype(np.int64)
+    """Step time in integer units of unit_s (rounded), saturated at 2**62 (a layout slower than
+    that is never chosen; the cast of a larger float to int64 is undefined)."""
+    seconds = np.minimum(np.asarray(step_time_s, dtype=float), float(2**62) * unit_s)
+    return np.minimum(np.rint(seconds / unit_s), float(2**62)).astype(np.int64)
 
 
 def scale_memory(
@@ -280,7 +282,10 @@ class Space:
         """The objective value of every row (int64), as the solver computes it."""
         wt, wm = self.objective_weights
         mem = np.minimum(self.mem_units, self.cap_units + 1)
-        return self.time_units * wt + mem * wm + self.crossing
+        # saturate the time of rows too slow for int64 (never fitting rows: the unit coarsening
+        # keeps the fitting rows' sum below 2**62) so no product wraps around
+        time = np.minimum(self.time_units, OBJECTIVE_SUM_LIMIT // wt)
+        return time * wt + mem * wm + self.crossing
 
     @cached_property
     def fits(self) -> np.ndarray:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from planner import limits
+from planner.specs.fields import Fraction, UnitInterval, count, real
 
 GIB = 2**30
 # 1-sigma relative step-time error of an uncalibrated (stock) profile, used for prediction bands
@@ -27,9 +30,12 @@ class Curve(BaseModel):
     """A measured y(x) relation as points, read by log-x linear interpolation and clamped at the
     ends. x and y units are stated by the field that holds the curve."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    points: list[tuple[float, float]] = Field(description="(x, y) pairs, x strictly increasing.")
+    points: list[tuple[real(limits.MAX_CURVE_X), real(1e30)]] = Field(
+        min_length=1, max_length=limits.MAX_CURVE_POINTS,
+        description="(x, y) pairs, x strictly increasing."
+    )
     source: str = Field(default="", description="Where the points were measured or published.")
 
     @model_validator(mode="after")
@@ -56,18 +62,20 @@ class Curve(BaseModel):
 class LinkProfile(BaseModel):
     """Collective performance of one fabric tier (inside a node, or across nodes)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     fabric: str = Field(description="What the tier is, e.g. 'nvswitch NVLink4', 'IB NDR 8x400G'.")
-    link_gb_per_s: PositiveFloat = Field(
+    link_gb_per_s: real(limits.MAX_LINK_GB_PER_S) = Field(
         description="Per-GPU, per-direction link bandwidth of the tier (spec), GB/s (1e9 B/s)."
     )
     busbw_gb_per_s: Curve = Field(
         description="Measured all-reduce bus bandwidth (nccl-tests busbw) vs message size, end to "
         "end (latency included): x bytes, y GB/s."
     )
-    latency_us: PositiveFloat = Field(description="Per-hop (per ring step) latency, microseconds.")
-    base_latency_us: float = Field(
+    latency_us: real(limits.MAX_LATENCY_US) = Field(
+        description="Per-hop (per ring step) latency, microseconds."
+    )
+    base_latency_us: real(limits.MAX_LATENCY_US, ge=0.0) = Field(
         default=0.0, description="Fixed latency per collective call, microseconds."
     )
 
@@ -79,28 +87,33 @@ class LinkProfile(BaseModel):
 class GpuProfile(BaseModel):
     """One GPU type with its usual node. Peaks are dense (no sparsity)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(description="Registry name, e.g. 'A100-SXM4-80GB'.")
     aliases: list[str] = Field(
         default_factory=list, description="Other names ('A100', 'a100-80gb')."
     )
     description: str = Field(default="", description="The part and its usual node, in words.")
-    peak_bf16_tflops: PositiveFloat = Field(description="Dense BF16 tensor peak, TFLOP/s.")
-    peak_fp16_tflops: PositiveFloat = Field(description="Dense FP16 tensor peak, TFLOP/s.")
-    peak_fp8_tflops: PositiveFloat | None = Field(
+    peak_bf16_tflops: real(limits.MAX_TFLOPS) = Field(
+        description="Dense BF16 tensor peak, TFLOP/s."
+    )
+    peak_fp16_tflops: real(limits.MAX_TFLOPS) = Field(
+        description="Dense FP16 tensor peak, TFLOP/s."
+    )
+    peak_fp8_tflops: real(limits.MAX_TFLOPS) | None = Field(
         default=None, description="Dense FP8 peak, TFLOP/s."
     )
-    peak_tf32_tflops: PositiveFloat | None = Field(
+    peak_tf32_tflops: real(limits.MAX_TFLOPS) | None = Field(
         default=None, description="Dense TF32 peak, TFLOP/s."
     )
-    memory_gib: PositiveFloat = Field(description="HBM capacity, GiB (2^30 B).")
-    hbm_tb_per_s: PositiveFloat = Field(description="HBM bandwidth (spec), TB/s (1e12 B/s).")
-    hbm_efficiency: PositiveFloat = Field(
-        default=0.85, le=1, description="Achieved fraction of HBM spec (STREAM-like)."
+    memory_gib: real(limits.MAX_MEMORY_GIB) = Field(description="HBM capacity, GiB (2^30 B).")
+    hbm_tb_per_s: real(limits.MAX_HBM_TB_PER_S) = Field(
+        description="HBM bandwidth (spec), TB/s (1e12 B/s)."
     )
-    reserve_gib: float = Field(
-        ge=0,
+    hbm_efficiency: Fraction = Field(
+        default=0.85, description="Achieved fraction of HBM spec (STREAM-like)."
+    )
+    reserve_gib: real(limits.MAX_MEMORY_GIB, ge=0.0) = Field(
         description="Memory not usable by tensors: CUDA context, NCCL buffers, allocator "
         "fragmentation, GiB.",
     )
@@ -111,36 +124,34 @@ class GpuProfile(BaseModel):
     fp8_gemm_efficiency: Curve | None = Field(
         default=None, description="As gemm_efficiency, against the FP8 peak."
     )
-    fused_attention_efficiency: float | None = Field(
+    fused_attention_efficiency: Fraction | None = Field(
         default=None,
-        gt=0,
-        le=1.2,
         description="As attention_efficiency, for cuDNN / FlashAttention-3 class kernels "
         "(JobSpec.attention='cudnn'); None: attention_efficiency.",
     )
-    tdp_w: PositiveFloat | None = Field(
+    tdp_w: real(limits.MAX_TDP_W) | None = Field(
         default=None,
         description="Board power (TDP / max TGP) per GPU, W: the energy of a training run is "
         "GPUs x this x hours x PUE (planner.operations); None: energy is not reported.",
     )
-    host_link_gb_per_s: PositiveFloat | None = Field(
+    host_link_gb_per_s: real(limits.MAX_LINK_GB_PER_S) | None = Field(
         default=None,
         description="GPU <-> host memory bandwidth per direction, GB/s, for activation offload "
         "(recompute='offload'); None: offload is not offered on this GPU.",
     )
-    sm_count: PositiveInt | None = Field(
+    sm_count: count(limits.MAX_SM_COUNT) | None = Field(
         default=None,
         description="Streaming multiprocessors, for the GEMM tile and wave quantization "
         "(costmodel.compute); None: not modelled.",
     )
-    attention_efficiency: float = Field(
+    attention_efficiency: Fraction = Field(
         default=0.5,
-        gt=0,
-        le=1.2,
         description="Achieved fraction of peak for fused (flash) attention, counted causally.",
     )
-    gpus_per_node: PositiveInt = Field(description="GPUs per server (the usual node).")
-    nvlink_domain_gpus: PositiveInt | None = Field(
+    gpus_per_node: count(limits.MAX_GPUS_PER_NODE) = Field(
+        description="GPUs per server (the usual node)."
+    )
+    nvlink_domain_gpus: count(limits.MAX_GPUS_PER_NODE) | None = Field(
         default=None,
         description="GPUs in one scale-up (NVLink) domain; None means gpus_per_node. 72 for NVL72.",
     )
@@ -151,31 +162,29 @@ class GpuProfile(BaseModel):
         "every ring step crosses a NIC (one GPU per node, or the inter-node phase of a "
         "hierarchical all-reduce); a GPU has nics_per_gpu of them."
     )
-    nic_gbit_per_s: PositiveFloat = Field(description="Scale-out NIC line rate per GPU, Gbit/s.")
-    nics_per_gpu: PositiveFloat = Field(
+    nic_gbit_per_s: real(limits.MAX_NIC_GBIT_PER_S) = Field(
+        description="Scale-out NIC line rate per GPU, Gbit/s."
+    )
+    nics_per_gpu: real(limits.MAX_NICS_PER_GPU) = Field(
         default=1.0, description="NICs per GPU (0.5 when two GPUs share one NIC)."
     )
 
     # Fitted by calibration (stock values stated with their source in `sources`).
-    dp_overlap: float = Field(
+    dp_overlap: UnitInterval = Field(
         default=0.8,
-        ge=0,
-        le=1,
         description="Fraction of DP gradient communication hidden behind backward.",
     )
-    layer_overhead_us: float = Field(
+    layer_overhead_us: real(limits.MAX_LATENCY_US, ge=0.0) = Field(
         default=0.0,
-        ge=0,
         description="Host-side time per transformer layer per forward pass of one micro-batch "
         "(kernel launches, framework dispatch), us; a backward counts 2, a full-recompute "
         "forward 1 more. 0 unless fitted by `planner calibrate`.",
     )
-    step_overhead_s: float = Field(
-        default=0.0, ge=0, description="Fixed per-step overhead (launch, sync), s."
+    step_overhead_s: real(limits.MAX_STEP_OVERHEAD_S, ge=0.0) = Field(
+        default=0.0, description="Fixed per-step overhead (launch, sync), s."
     )
-    step_time_rel_error: float | None = Field(
+    step_time_rel_error: real(1e3, ge=0.0) | None = Field(
         default=None,
-        ge=0,
         description="Calibrated relative spread of step-time error (1 sigma); None = uncalibrated.",
     )
     provenance: dict = Field(
@@ -184,6 +193,18 @@ class GpuProfile(BaseModel):
     sources: dict[str, str] = Field(
         default_factory=dict, description="Field name -> citation of its number."
     )
+
+    @model_validator(mode="after")
+    def _physics(self) -> GpuProfile:
+        if self.reserve_gib >= self.memory_gib:
+            raise ValueError(f"reserve_gib ({self.reserve_gib:g}) must be less than memory_gib "
+                             f"({self.memory_gib:g}): nothing would be left for tensors")
+        for name in ("gemm_efficiency", "fp8_gemm_efficiency"):
+            curve = getattr(self, name)
+            top = max(y for _, y in curve.points) if curve is not None else 0.0
+            if top > 1:
+                raise ValueError(f"{name}: a fraction of the peak is at most 1, got {top:g}")
+        return self
 
     @property
     def step_time_band(self) -> float:
@@ -257,13 +278,20 @@ class GpuProfile(BaseModel):
 class ClusterSpec(BaseModel):
     """A homogeneous cluster: `num_nodes` nodes of `gpus_per_node` GPUs of one profile."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     gpu: GpuProfile = Field(description="The GPU profile.")
-    num_nodes: PositiveInt = Field(description="Servers.")
-    gpus_per_node: PositiveInt = Field(
+    num_nodes: count(limits.MAX_GPUS) = Field(description="Servers.")
+    gpus_per_node: count(limits.MAX_GPUS_PER_NODE) = Field(
         description="GPUs per server (may be fewer than the profile's node)."
     )
+
+    @model_validator(mode="after")
+    def _size(self) -> ClusterSpec:
+        if self.num_nodes * self.gpus_per_node > limits.MAX_GPUS:
+            raise ValueError(f"{self.num_nodes} x {self.gpus_per_node} GPUs is more than "
+                             f"{limits.MAX_GPUS}, the largest cluster accepted")
+        return self
 
     @property
     def num_gpus(self) -> int:
@@ -306,10 +334,12 @@ class PooledCluster(BaseModel):
 class JobSpec(BaseModel):
     """What one training step processes."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    seq_len: PositiveInt = Field(description="Tokens per sequence.")
-    global_batch: PositiveInt = Field(description="Sequences per optimizer step.")
+    seq_len: count(limits.MAX_SEQ_LEN) = Field(description="Tokens per sequence.")
+    global_batch: count(limits.MAX_GLOBAL_BATCH) = Field(
+        description="Sequences per optimizer step."
+    )
     precision: Literal["bf16", "fp16", "fp8"] = Field(
         default="bf16", description="Matmul precision; master weights and Adam state stay fp32."
     )

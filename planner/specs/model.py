@@ -6,7 +6,10 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from planner import limits
+from planner.specs.fields import count, real
 
 Activation = Literal["gelu", "swiglu", "squared_relu"]
 Norm = Literal["layernorm", "rmsnorm"]
@@ -16,7 +19,7 @@ PositionEmbedding = Literal["learned", "rope", "alibi"]
 class ModelSpec(BaseModel):
     """A decoder-only transformer. Field names follow HuggingFace config.json where one exists."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(description="Registry name, e.g. 'llama2-70b' (the YAML file's stem).")
     aliases: list[str] = Field(default_factory=list, description="Other names that resolve here.")
@@ -29,27 +32,31 @@ class ModelSpec(BaseModel):
     hf_repo: str | None = Field(
         default=None, description="HuggingFace repo whose config.json this spec matches, if any."
     )
-    published_params_b: float | None = Field(
+    published_params_b: real(1e6) | None = Field(
         default=None, description="Published total parameter count, billions (from `source`)."
     )
-    published_active_params_b: float | None = Field(
+    published_active_params_b: real(1e6) | None = Field(
         default=None, description="Published parameters active per token (MoE), billions."
     )
 
-    num_hidden_layers: PositiveInt = Field(description="Transformer layers (blocks).")
-    hidden_size: PositiveInt = Field(description="Model width h (residual stream), elements.")
-    num_attention_heads: PositiveInt = Field(description="Query heads a.")
-    num_key_value_heads: PositiveInt | None = Field(
+    num_hidden_layers: count(limits.MAX_LAYERS) = Field(description="Transformer layers (blocks).")
+    hidden_size: count(limits.MAX_HIDDEN) = Field(
+        description="Model width h (residual stream), elements."
+    )
+    num_attention_heads: count(limits.MAX_HEADS) = Field(description="Query heads a.")
+    num_key_value_heads: count(limits.MAX_HEADS) | None = Field(
         default=None, description="Key/value heads (GQA/MQA); None means = num_attention_heads."
     )
-    head_dim: PositiveInt | None = Field(
+    head_dim: count(limits.MAX_HEAD_DIM) | None = Field(
         default=None,
         description="Per-head dimension; None means hidden_size / num_attention_heads.",
     )
-    intermediate_size: PositiveInt = Field(
+    intermediate_size: count(limits.MAX_FFN) = Field(
         description="Dense MLP hidden size (ffn), elements; Mixtral's expert size."
     )
-    vocab_size: PositiveInt = Field(description="Vocabulary size V (padded as trained).")
+    vocab_size: count(limits.MAX_VOCAB) = Field(
+        description="Vocabulary size V (padded as trained)."
+    )
     activation: Activation = Field(
         description="MLP type: gelu or squared_relu (2 matrices), swiglu (any gated MLP, 3)."
     )
@@ -58,7 +65,7 @@ class ModelSpec(BaseModel):
     )
     tie_word_embeddings: bool = Field(default=False, description="LM head shares the embedding.")
     position_embedding: PositionEmbedding = Field(default="rope", description="Position encoding.")
-    max_position_embeddings: PositiveInt | None = Field(
+    max_position_embeddings: count(limits.MAX_SEQ_LEN) | None = Field(
         default=None, description="Rows of the learned position table (learned only)."
     )
     attention_bias: bool = Field(default=False, description="Biases on the q, k, v projections.")
@@ -67,47 +74,62 @@ class ModelSpec(BaseModel):
     )
 
     # Mixture of experts (0 experts = dense).
-    num_experts: NonNegativeInt = Field(default=0, description="Routed experts per MoE layer.")
-    num_experts_per_tok: NonNegativeInt = Field(
+    num_experts: count(limits.MAX_EXPERTS, lower=0) = Field(
+        default=0, description="Routed experts per MoE layer."
+    )
+    num_experts_per_tok: count(limits.MAX_EXPERTS, lower=0) = Field(
         default=0, description="Routed experts per token (top-k)."
     )
-    moe_intermediate_size: PositiveInt | None = Field(
+    moe_intermediate_size: count(limits.MAX_FFN) | None = Field(
         default=None, description="Hidden size of one expert's MLP; None means intermediate_size."
     )
-    num_shared_experts: NonNegativeInt = Field(
+    num_shared_experts: count(limits.MAX_EXPERTS, lower=0) = Field(
         default=0, description="Always-active shared experts per MoE layer (DeepSeek)."
     )
-    first_k_dense_replace: NonNegativeInt = Field(
+    first_k_dense_replace: count(limits.MAX_LAYERS, lower=0) = Field(
         default=0, description="The first k layers are dense even in an MoE model (DeepSeek)."
     )
-    moe_layer_freq: PositiveInt = Field(
+    moe_layer_freq: count(limits.MAX_LAYERS) = Field(
         default=1, description="Every n-th layer (after the first k) is MoE."
     )
 
     # Multi-head latent attention (DeepSeek-V2/V3); all None for ordinary attention.
-    q_lora_rank: PositiveInt | None = Field(
+    q_lora_rank: count(limits.MAX_HIDDEN) | None = Field(
         default=None, description="MLA query low-rank size; None = full-rank q_proj."
     )
-    kv_lora_rank: PositiveInt | None = Field(
+    kv_lora_rank: count(limits.MAX_HIDDEN) | None = Field(
         default=None, description="MLA key/value low-rank size; set = the model uses MLA."
     )
-    qk_nope_head_dim: PositiveInt | None = Field(
+    qk_nope_head_dim: count(limits.MAX_HEAD_DIM) | None = Field(
         default=None, description="MLA non-rotary q/k head dim."
     )
-    qk_rope_head_dim: PositiveInt | None = Field(
+    qk_rope_head_dim: count(limits.MAX_HEAD_DIM) | None = Field(
         default=None, description="MLA rotary q/k head dim (one rotary key shared by all heads)."
     )
-    v_head_dim: PositiveInt | None = Field(default=None, description="MLA value head dim.")
+    v_head_dim: count(limits.MAX_HEAD_DIM) | None = Field(
+        default=None, description="MLA value head dim."
+    )
 
-    seq_len: PositiveInt = Field(
+    seq_len: count(limits.MAX_SEQ_LEN) = Field(
         default=4096, description="Default sequence length of a job, tokens (as trained)."
     )
-    global_batch: PositiveInt = Field(
+    global_batch: count(limits.MAX_GLOBAL_BATCH) = Field(
         default=512, description="Default sequences per optimizer step (as trained)."
     )
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"head size hidden_size / num_attention_heads = {self.hidden_size} / "
+                f"{self.num_attention_heads} is not a positive integer (give head_dim, or heads "
+                "that divide the hidden size)"
+            )
+        if self.first_k_dense_replace > self.num_hidden_layers:
+            raise ValueError(
+                f"first_k_dense_replace ({self.first_k_dense_replace}) exceeds num_hidden_layers "
+                f"({self.num_hidden_layers})"
+            )
         if self.kv_heads > self.num_attention_heads or self.num_attention_heads % self.kv_heads:
             raise ValueError(
                 f"num_key_value_heads ({self.kv_heads}) must divide num_attention_heads "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from costmodel_fixtures import cluster, flat_gpu, gpt3_175b, job, llama_like
 
+from planner import limits
 from planner.costmodel import estimate, pipeline
 from planner.layout import Layout
 from planner.specs import GIB
@@ -140,7 +141,7 @@ def test_offload_keeps_two_layers_and_hides_its_copies_behind_compute():
     """recompute='offload' (Megatron-Core cpu_offloading): 80 layers of one 4096-token
     micro-batch go to host memory, two stay resident (the one being copied and the next); over
     a fast host link the copies hide behind each layer's forward and backward."""
-    none, off = _offload_pair(1e6)
+    none, off = _offload_pair(limits.MAX_LINK_GB_PER_S)
     per_layer = 4096 * LLAMA_TP8_BYTES_PER_TOKEN
     saved = (80 - 2) * per_layer / GIB
     assert none.mem_activations_gb - off.mem_activations_gb == pytest.approx(saved, rel=1e-9)

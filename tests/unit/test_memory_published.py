@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from costmodel_fixtures import cluster, flat_gpu, gpt3_175b, job, llama_like
 
+from planner import limits
 from planner.costmodel import estimate, memory
 from planner.layout import Layout
 from planner.runs import PUBLISHED_RUNS_CSV, load_table
@@ -143,7 +144,7 @@ def test_fp8_activations_in_an_estimate():
     activation columns is L layers x s tokens x (2h (norm outputs) - a d (O copy) + ffn (FC2
     input)) / t; the embedding and logits terms do not depend on the precision."""
     model = llama_like()
-    gpu = flat_gpu(memory_gib=100_000)
+    gpu = flat_gpu(memory_gib=limits.MAX_MEMORY_GIB)
     lo = Layout(tp=8, pp=1, dp=1, mbs=1, zero=0, recompute="none", sp=True)
     cl = cluster(gpu, 8)
     bf16 = estimate(model, cl, job(model, global_batch=1), lo)

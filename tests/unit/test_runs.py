@@ -23,10 +23,14 @@ from planner.runs import (
 
 
 def _resolver(name: str):
-    """Every A100/H100 row resolves to the fixture profile (renamed); other GPUs are unknown."""
+    """Every A100/H100 row resolves to the fixture profile (renamed) with the part's own dense
+    peaks (H100 SXM: 989 BF16, 1979 FP8 TFLOP/s, NVIDIA datasheet), so no H100 row reads as
+    faster than its peak; other GPUs are unknown."""
     if name.startswith(("A100", "H100")):
         gpu = a100_like(name)
-        return gpu.model_copy(update={"peak_fp8_tflops": 1979.0})
+        peak = 989.0 if name.startswith("H100") else gpu.peak_bf16_tflops
+        return gpu.model_copy(update={"peak_fp8_tflops": 1979.0, "peak_bf16_tflops": peak,
+                                      "peak_fp16_tflops": peak})
     raise SpecError(f"unknown GPU '{name}'")
 
 
