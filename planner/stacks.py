@@ -158,17 +158,18 @@ class StackPreset(BaseModel):
         lo, hi = self.match.years
         return lo <= max(years) <= hi
 
-    def recipe_fields(self, text: str = "", notes: str = "") -> dict[str, Any]:
-        """JobSpec fields of this stack, refined by its text rules on `text` and `notes`."""
+    def recipe_fields(self, text: str | None = "", notes: str | None = "") -> dict[str, Any]:
+        """JobSpec fields of this stack, refined by its text rules on `text` and `notes` (None:
+        no text)."""
         out = self.recipe.job_fields()
         for rule in self.text_rules:
-            hay = notes if rule.where == "notes" else text
+            hay = (notes if rule.where == "notes" else text) or ""
             flags = 0 if rule.case_sensitive else re.IGNORECASE
             if re.search(rule.pattern, hay, flags):
                 out.update(rule.recipe.job_fields())
         return out
 
-    def job(self, job: JobSpec, text: str = "", notes: str = "") -> JobSpec:
+    def job(self, job: JobSpec, text: str | None = "", notes: str | None = "") -> JobSpec:
         """`job` with this stack's recipe."""
         fields = self.recipe_fields(text, notes)
         return job.model_copy(update=fields) if fields else job

@@ -121,3 +121,16 @@ def test_table_rows_carry_their_stack():
     assert by_source["llmfoundry_mpt_bench"] == {"pytorch-fsdp"}
     assert by_source["megatron_bridge_perf_archive"] == {"nemo"}
     assert by_source["dgxc_benchmarking"] == {"nemo", "maxtext"}
+
+
+def test_a_row_without_notes_gets_the_stacks_plain_recipe():
+    """A runs row whose notes cell is empty (None, as pandas gives it) takes the stack's recipe
+    without its notes rules (the fuzzer found a TypeError in the notes rule's search)."""
+    from planner.specs import JobSpec
+    from planner.stacks import resolve_stack
+
+    preset = resolve_stack("Megatron-DeepSpeed")
+    assert any(rule.where == "notes" for rule in preset.text_rules)
+    job = JobSpec(seq_len=2048, global_batch=8)
+    assert preset.job(job, "Megatron-DeepSpeed", None) == preset.job(job, "Megatron-DeepSpeed", "")
+    assert preset.job(job, None, "BF16_Optimizer").grad_dtype == "half+fp32"
