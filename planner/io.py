@@ -71,14 +71,24 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
 
 
 def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
-    """Append one JSON object as a line; earlier lines are never rewritten."""
+    """Append one JSON object as a line; earlier lines are never rewritten. The line goes out in
+    one write(2) on an O_APPEND descriptor, so concurrent appenders (ranks, the launcher) and an
+    interrupt leave whole lines; a last line left without its newline (a writer killed mid-line)
+    is closed first, so the new record stays on a line of its own."""
     path = check_output_file(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(record, default=str) + "\n"
-    with open(path, "a") as f:
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
+    data = (json.dumps(record, default=str) + "\n").encode()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

@@ -7,7 +7,10 @@ them into a GpuProfile.
     python -m torch.distributed.run --nproc-per-node 2 -m planner.validate.bench --out RAW.json
 
 Every rank runs the compute benchmarks at the same time, as ranks do in training (on CPUs they
-share the cores, each with cores/nproc threads, as `planner validate` runs them)."""
+share the cores, each with cores/nproc threads, as `planner validate` runs them). The sweeps
+are budgeted by the device (Budget): a size sweep stops after the first point past its time,
+and a CPU dtype without native units is skipped; the raw numbers say what was left out and why.
+Rank 0 reports its phases to the launcher's progress bar ($PLANNER_PROGRESS_FILE)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -27,9 +31,38 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from planner.progress import report_phase
+
 from .records import environment
 
 GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Seconds the sweeps may spend on this device: every point repeats for at least
+    `min_time_s` (its fastest call is kept, at most `point_s` of repeats); a sweep over sizes
+    stops after the first point that took longer than `point_s` (the next, larger one would
+    take longer still) or once the sweep has taken `sweep_s` in all."""
+
+    min_time_s: float
+    point_s: float
+    sweep_s: float
+
+
+# Chosen so that `planner profile --nproc 2` ends within 120 s (--quick: 30 s) on a 2-core CPU
+# host shared with other work, torchrun's start included (docs/validate.md has the times), and
+# so that a GPU still reaches the sizes where its GEMMs and collectives plateau (8192^3, 1 GiB:
+# a few ms to a few hundred ms each on an H100).
+BUDGETS = {
+    ("cpu", False): Budget(min_time_s=0.2, point_s=1.5, sweep_s=10.0),
+    ("cpu", True): Budget(min_time_s=0.05, point_s=0.4, sweep_s=2.0),
+    ("cuda", False): Budget(min_time_s=0.25, point_s=3.0, sweep_s=30.0),
+    ("cuda", True): Budget(min_time_s=0.05, point_s=1.0, sweep_s=8.0),
+}
+# A CPU dtype whose small GEMM runs at less than this fraction of fp32's rate is emulated (no
+# bf16 units such as AVX512_BF16 or AMX on x86): its sweep is skipped and the profile says so.
+SLOW_DTYPE_RATIO = 0.5
 
 
 def _sync(device: torch.device) -> None:
@@ -38,40 +71,113 @@ def _sync(device: torch.device) -> None:
 
 
 def time_call(fn: Callable[[], Any], device: torch.device, min_time_s: float,
-              min_iters: int = 3) -> float:
+              min_iters: int = 3, max_time_s: float | None = None) -> float:
     """Fastest seconds of one call (one warm-up call first), repeating for at least min_time_s:
-    what the hardware can do (MAMF-style), not what a busy neighbour left of it."""
+    what the hardware can do (MAMF-style), not what a busy neighbour left of it. Repeats end
+    after max_time_s (one timed call at least) even short of min_iters."""
+    start = time.perf_counter()
     fn()
     _sync(device)
     times: list[float] = []
-    start = time.perf_counter()
     while len(times) < min_iters or time.perf_counter() - start < min_time_s:
         t0 = time.perf_counter()
         fn()
         _sync(device)
         times.append(time.perf_counter() - t0)
-        if len(times) >= 1000:
+        if len(times) >= 1000 or (max_time_s is not None
+                                  and time.perf_counter() - start > max_time_s):
             break
     return min(times)
 
 
-def gemm_sweep(device: torch.device, dtypes: list[torch.dtype], sizes: list[int],
-               min_time_s: float) -> dict[str, list[list[float]]]:
-    """dtype -> [(FLOP of one square GEMM = 2 n^3, FLOP/s achieved)]."""
-    out: dict[str, list[list[float]]] = {}
+class Phases:
+    """The benchmark's units of work (a GEMM size, a message size, ...), reported to the
+    launcher's progress bar by rank 0."""
+
+    def __init__(self, total: int, rank: int) -> None:
+        self.total, self.done, self.rank = total, 0, rank
+
+    def tick(self, text: str, units: int = 1) -> None:
+        """`units` more are done; `text` says what runs now."""
+        self.done = min(self.total, self.done + units)
+        if self.rank == 0:
+            report_phase(self.done, self.total, text)
+
+
+def _tick(phases: Phases | None, text: str, units: int = 1) -> None:
+    if phases is not None:
+        phases.tick(text, units)
+
+
+def square_gemm_rate(device: torch.device, dtype: torch.dtype, n: int, budget: Budget) -> float:
+    """FLOP/s of one n x n x n torch.mm in `dtype` (2 n^3 FLOP, fastest call)."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    t = time_call(lambda: torch.mm(a, b), device, budget.min_time_s, 3, budget.point_s)
+    return 2.0 * n**3 / t
+
+
+def slow_dtypes(device: torch.device, dtypes: list[torch.dtype], budget: Budget,
+                n: int = 256) -> dict[str, str]:
+    """dtype name -> why its sweep is skipped, for the CPU dtypes whose n^3 GEMM runs at less
+    than SLOW_DTYPE_RATIO of fp32's rate here. GPUs run every dtype."""
+    if device.type != "cpu" or torch.float32 not in dtypes:
+        return {}
+    probe = Budget(min_time_s=min(0.1, budget.min_time_s), point_s=budget.point_s,
+                   sweep_s=budget.sweep_s)
+    fp32 = square_gemm_rate(device, torch.float32, n, probe)
+    out = {}
     for dtype in dtypes:
-        points = []
-        for n in sizes:
-            a = torch.randn(n, n, device=device).to(dtype)
-            b = torch.randn(n, n, device=device).to(dtype)
-            t = time_call(lambda a=a, b=b: torch.mm(a, b), device, min_time_s)
-            points.append([2.0 * n**3, 2.0 * n**3 / t])
-        out[str(dtype).removeprefix("torch.")] = points
+        if dtype == torch.float32:
+            continue
+        rate = square_gemm_rate(device, dtype, n, probe)
+        if rate < SLOW_DTYPE_RATIO * fp32:
+            out[str(dtype).removeprefix("torch.")] = (
+                f"skipped: a {n}^3 GEMM ran at {rate / 1e9:.3g} GFLOP/s, {rate / fp32:.2f}x "
+                f"fp32's {fp32 / 1e9:.3g} GFLOP/s (below {SLOW_DTYPE_RATIO}x: no native units "
+                "for it on this CPU)")
     return out
 
 
+def _stop_reason(point_s: float, sweep_s: float, budget: Budget) -> str | None:
+    """Why a sweep stops after a point that took point_s, the sweep sweep_s so far (or None)."""
+    if point_s > budget.point_s:
+        return f"the point took {point_s:.2f} s > {budget.point_s:g} s"
+    if sweep_s > budget.sweep_s:
+        return f"the sweep took {sweep_s:.1f} s > {budget.sweep_s:g} s"
+    return None
+
+
+def gemm_sweep(device: torch.device, dtypes: list[torch.dtype], sizes: list[int],
+               budget: Budget, phases: Phases | None = None
+               ) -> tuple[dict[str, list[list[float]]], list[str]]:
+    """dtype -> [(FLOP of one square GEMM = 2 n^3, FLOP/s achieved)], sizes ascending until
+    the budget stops the sweep; and one line for each sweep that stopped early."""
+    out: dict[str, list[list[float]]] = {}
+    stopped: list[str] = []
+    for dtype in dtypes:
+        name = str(dtype).removeprefix("torch.")
+        points: list[list[float]] = []
+        sweep_start = time.perf_counter()
+        for i, n in enumerate(sizes):
+            _tick(phases, f"GEMM {name} {n}^3", units=0)
+            t0 = time.perf_counter()
+            points.append([2.0 * n**3, square_gemm_rate(device, dtype, n, budget)])
+            now = time.perf_counter()
+            _tick(phases, f"GEMM {name} {n}^3")
+            rest = sizes[i + 1:]
+            why = _stop_reason(now - t0, now - sweep_start, budget)
+            if rest and why:
+                stopped.append(f"GEMM {name}: stopped after {n}^3 ({why}); not measured: "
+                               + ", ".join(f"{m}^3" for m in rest))
+                _tick(phases, f"GEMM {name}: budget reached", units=len(rest))
+                break
+        out[name] = points
+    return out, stopped
+
+
 def attention_rate(device: torch.device, dtype: torch.dtype, batch: int, heads: int, seq: int,
-                   head_dim: int, min_time_s: float) -> dict[str, float]:
+                   head_dim: int, budget: Budget) -> dict[str, float]:
     """Causal SDPA forward + backward, FLOP/s counted as the planner counts model FLOPs:
     forward 4 b h s^2 d / 2 (causal half), backward twice the forward."""
     q, k, v = (torch.randn(batch, heads, seq, head_dim, device=device, dtype=dtype,
@@ -81,25 +187,25 @@ def attention_rate(device: torch.device, dtype: torch.dtype, batch: int, heads: 
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         out.sum().backward()
 
-    t = time_call(step, device, min_time_s)
+    t = time_call(step, device, budget.min_time_s, 3, budget.point_s)
     flop = 3 * 4.0 * batch * heads * seq**2 * head_dim / 2
     return {"flop": flop, "flop_per_s": flop / t, "batch": batch, "heads": heads, "seq": seq,
             "head_dim": head_dim, "dtype": str(dtype).removeprefix("torch.")}
 
 
-def copy_bandwidth(device: torch.device, nbytes: int, min_time_s: float) -> float:
+def copy_bandwidth(device: torch.device, nbytes: int, budget: Budget) -> float:
     """Bytes/s of a large tensor copy, counting the read and the write (STREAM Copy)."""
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
     dst = torch.empty_like(src)
-    t = time_call(lambda: dst.copy_(src), device, min_time_s)
+    t = time_call(lambda: dst.copy_(src), device, budget.min_time_s, 3, budget.point_s)
     return 2.0 * nbytes / t
 
 
 def time_collective(fn: Callable[[], Any], device: torch.device, min_time_s: float,
-                    group: dist.ProcessGroup | None) -> float:
-    """Median seconds of one call of a communication op, the slowest rank's. The ranks agree on
-    the repeat count first (each deciding alone would leave one waiting for a call that never
-    comes)."""
+                    group: dist.ProcessGroup | None) -> tuple[float, int]:
+    """(median seconds of one call of a communication op, the slowest rank's; the repeat
+    count). The ranks agree on the repeat count first (each deciding alone would leave one
+    waiting for a call that never comes), so both values are the same on every rank."""
     fn()
     _sync(device)
     t0 = time.perf_counter()
@@ -114,7 +220,7 @@ def time_collective(fn: Callable[[], Any], device: torch.device, min_time_s: flo
         fn()
         _sync(device)
         times.append(time.perf_counter() - t0)
-    return _slowest(statistics.median(times), device, group)
+    return _slowest(statistics.median(times), device, group), int(count.item())
 
 
 def _slowest(seconds: float, device: torch.device, group: dist.ProcessGroup | None) -> float:
@@ -124,13 +230,17 @@ def _slowest(seconds: float, device: torch.device, group: dist.ProcessGroup | No
 
 
 def collective_sweep(device: torch.device, sizes: list[int], group: dist.ProcessGroup | None,
-                     min_time_s: float) -> dict[str, list[list[float]]]:
+                     budget: Budget, phases: Phases | None = None, label: str = ""
+                     ) -> tuple[dict[str, list[list[float]]], list[str]]:
     """op -> [(message bytes S, seconds, busbw bytes/s)] on `group`, nccl-tests conventions:
     all-reduce busbw = 2 S (n-1)/n / t; all-gather and reduce-scatter (S = the full buffer)
-    busbw = S (n-1)/n / t. Time = the slowest rank's median."""
+    busbw = S (n-1)/n / t. Time = the slowest rank's median. The sweep stops on every rank
+    alike: its clock is the agreed time x repeat count of each call."""
     n = dist.get_world_size(group)
     out: dict[str, list[list[float]]] = {"all_reduce": [], "all_gather": [], "reduce_scatter": []}
-    for size in sizes:
+    stopped: list[str] = []
+    swept = 0.0
+    for i, size in enumerate(sizes):
         numel = max(n, size // 4 // n * n)
         nbytes = numel * 4
         full = torch.ones(numel, dtype=torch.float32, device=device)
@@ -141,23 +251,36 @@ def collective_sweep(device: torch.device, sizes: list[int], group: dist.Process
             "reduce_scatter": (
                 lambda f=full, s=shard: dist.reduce_scatter_single(s, f, group=group), 1.0),
         }
+        _tick(phases, f"{label}collectives {_bytes(nbytes)}", units=0)
+        point = 0.0
         for name, (fn, factor) in ops.items():
             try:
                 dist.barrier(group=group)
-                t = time_collective(fn, device, min_time_s, group)
+                t, count = time_collective(fn, device, budget.min_time_s, group)
             except (RuntimeError, NotImplementedError):  # e.g. an op the backend lacks
                 continue
+            point += t * (count + 2)
             out[name].append([float(nbytes), t, factor * nbytes * (n - 1) / n / t])
-    return out
+        swept += point
+        _tick(phases, f"{label}collectives {_bytes(nbytes)}")
+        rest = sizes[i + 1:]
+        why = _stop_reason(point, swept, budget)
+        if rest and why:
+            stopped.append(f"{label}collectives: stopped after {_bytes(nbytes)} ({why}); not "
+                           "measured: " + ", ".join(_bytes(m) for m in rest))
+            _tick(phases, f"{label}collectives: budget reached", units=len(rest))
+            break
+    return out, stopped
 
 
 def send_recv_sweep(device: torch.device, sizes: list[int], peer_a: int, peer_b: int,
-                    min_time_s: float) -> list[list[float]]:
+                    budget: Budget, phases: Phases | None = None, label: str = ""
+                    ) -> tuple[list[list[float]], list[str]]:
     """[(bytes, one-way seconds, bytes/s)] of a ping-pong between two ranks (half the round
-    trip). Every rank calls it; only the two peers communicate."""
+    trip). Every rank calls it; only the two peers communicate. Budgeted as collective_sweep."""
     rank = dist.get_rank()
-    out = []
-    for size in sizes:
+    out, stopped, swept = [], [], 0.0
+    for i, size in enumerate(sizes):
         buf = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
 
         def ping(buf: torch.Tensor = buf) -> None:
@@ -168,10 +291,29 @@ def send_recv_sweep(device: torch.device, sizes: list[int], peer_a: int, peer_b:
                 dist.recv(buf, peer_a)
                 dist.send(buf, peer_a)
 
+        _tick(phases, f"{label}send/recv {_bytes(buf.numel() * 4)}", units=0)
         dist.barrier()
-        t = time_collective(ping, device, min_time_s, None) / 2
+        round_trip, count = time_collective(ping, device, budget.min_time_s, None)
+        t = round_trip / 2
         out.append([float(buf.numel() * 4), t, buf.numel() * 4 / t])
-    return out
+        point = round_trip * (count + 2)
+        swept += point
+        _tick(phases, f"{label}send/recv {_bytes(buf.numel() * 4)}")
+        rest = sizes[i + 1:]
+        why = _stop_reason(point, swept, budget)
+        if rest and why:
+            stopped.append(f"{label}send/recv: stopped after {_bytes(buf.numel() * 4)} ({why}); "
+                           "not measured: " + ", ".join(_bytes(m) for m in rest))
+            _tick(phases, f"{label}send/recv: budget reached", units=len(rest))
+            break
+    return out, stopped
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n:g} B"
 
 
 def _rss_bytes() -> float:
@@ -185,12 +327,12 @@ def run(quick: bool) -> dict[str, Any]:
     rank, world = dist.get_rank(), dist.get_world_size()
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     nnodes = world // local_world
-    min_t = 0.05 if quick else 0.25
+    budget = BUDGETS[(device.type, quick)]
     if cuda:
         free, total = torch.cuda.mem_get_info(device)
         memory = {"total_bytes": float(total), "reserved_bytes": float(total - free)}
         gemm_sizes = [512, 1024, 2048, 4096, 8192] if not quick else [512, 2048]
-        dtypes = [torch.bfloat16, torch.float16, torch.float32]
+        dtypes = [torch.bfloat16, torch.float16, torch.float32] if not quick else [torch.bfloat16]
         attn = dict(batch=2, heads=16, seq=4096 if not quick else 1024, head_dim=128,
                     dtype=torch.bfloat16)
         coll_sizes = [2**p for p in range(10, 31, 2)] if not quick else [2**10, 2**20, 2**26]
@@ -200,7 +342,8 @@ def run(quick: bool) -> dict[str, Any]:
             mem_kib = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
         memory = {"total_bytes": mem_kib * 1024.0 / local_world, "reserved_bytes": _rss_bytes()}
         gemm_sizes = [32, 64, 128, 256, 512, 1024, 2048] if not quick else [64, 256]
-        dtypes = [torch.float32, torch.bfloat16]
+        # --quick measures only the dtype CPU runs compute in (validate: fp32 on CPUs)
+        dtypes = [torch.float32, torch.bfloat16] if not quick else [torch.float32]
         attn = dict(batch=1, heads=4, seq=512 if not quick else 128, head_dim=64,
                     dtype=torch.float32)
         coll_sizes = [2**p for p in range(10, 25, 2)] if not quick else [2**10, 2**16, 2**20]
@@ -208,25 +351,45 @@ def run(quick: bool) -> dict[str, Any]:
     result: dict[str, Any] = {
         "world_size": world, "nnodes": nnodes, "nproc_per_node": local_world,
         "backend": dist.get_backend(), "threads_per_rank": torch.get_num_threads(),
-        "memory": memory, **environment(device),
+        "memory": memory, "quick": quick, "budget": asdict(budget), **environment(device),
     }
+    comm_sweeps = (2 if local_world > 1 else 0) + (2 if nnodes > 1 else 0)
+    phases = Phases(len(dtypes) * len(gemm_sizes) + 2 + comm_sweeps * len(coll_sizes), rank)
     # compute, all ranks at once; keep rank 0's numbers (ranks are alike on one node)
     dist.barrier()
-    result["gemm"] = gemm_sweep(device, dtypes, gemm_sizes, min_t)
-    result["attention"] = attention_rate(device, min_time_s=min_t, **attn)
-    result["copy_bytes_per_s"] = copy_bandwidth(device, copy_bytes, min_t)
+    phases.tick("GEMM: which dtypes run natively", units=0)
+    skipped = slow_dtypes(device, dtypes, budget)
+    for name in skipped:
+        phases.tick(f"GEMM {name} skipped", units=len(gemm_sizes))
+    result["gemm"], stopped = gemm_sweep(
+        device, [d for d in dtypes if str(d).removeprefix("torch.") not in skipped], gemm_sizes,
+        budget, phases)
+    result["gemm_skipped"] = skipped
+    phases.tick("attention (SDPA fwd+bwd)", units=0)
+    result["attention"] = attention_rate(device, budget=budget, **attn)
+    phases.tick("copy bandwidth")
+    result["copy_bytes_per_s"] = copy_bandwidth(device, copy_bytes, budget)
+    phases.tick("collectives")
     dist.barrier()
     # collectives inside a node (the node of rank 0), then over the whole world if it spans nodes
     node_groups = [dist.new_group(list(range(i * local_world, (i + 1) * local_world)))
                    for i in range(nnodes)]
     my_node = node_groups[rank // local_world]
     if local_world > 1:
-        result["intra_node"] = collective_sweep(device, coll_sizes, my_node, min_t)
-        result["intra_node_send_recv"] = send_recv_sweep(device, coll_sizes, 0, 1, min_t)
+        result["intra_node"], more = collective_sweep(device, coll_sizes, my_node, budget,
+                                                      phases)
+        stopped += more
+        result["intra_node_send_recv"], more = send_recv_sweep(device, coll_sizes, 0, 1, budget,
+                                                               phases)
+        stopped += more
     if nnodes > 1:
-        result["inter_node"] = collective_sweep(device, coll_sizes, None, min_t)
-        result["inter_node_send_recv"] = send_recv_sweep(device, coll_sizes, 0, local_world,
-                                                         min_t)
+        result["inter_node"], more = collective_sweep(device, coll_sizes, None, budget, phases,
+                                                      "inter-node ")
+        stopped += more
+        result["inter_node_send_recv"], more = send_recv_sweep(
+            device, coll_sizes, 0, local_world, budget, phases, "inter-node ")
+        stopped += more
+    result["sweeps_stopped"] = stopped
     result["hostname"] = socket.gethostname()
     return result
 
@@ -248,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         if dist.get_rank() == 0:
             from planner.io import write_text_atomic
 
+            report_phase(1, 1, "writing the raw numbers")
             write_text_atomic(ns.out, json.dumps(result, indent=1))
         dist.barrier()
     finally:

@@ -9,6 +9,7 @@ except the optional GPU probe for the default profile.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -24,14 +25,19 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import LayoutError, SpecError
+from planner.interrupts import Interrupted, deferred, raise_on_signals
 from planner.io import append_jsonl, read_jsonl
 from planner.layout import Layout
+from planner.progress import PROGRESS_FILE_ENV, Bar, PhaseFile, progress
 from planner.specs import ClusterSpec, GpuProfile, JobSpec, ModelSpec
 
 from .config import RunConfig
 from .records import LAUNCHED_ENV, failure_fields
 
 KILL_GRACE_S = 5.0  # SIGTERM, then SIGKILL this long after
+POLL_S = 0.25  # how often the launcher looks at the workers' progress file
+# Set in torchrun's environment (its workers inherit it): finds them even after re-parenting.
+RUN_TAG_ENV = "PLANNER_RUN_TAG"
 
 
 @dataclass
@@ -184,20 +190,78 @@ def torchrun_prefix(nproc_per_node: int, nnodes: int, rdzv_endpoint: str | None,
     return cmd + ["--standalone"]
 
 
-def _kill_group(pgid: int) -> None:
-    """SIGTERM the process group, then SIGKILL what is left after a grace period."""
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 0.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
+def _proc_stat(pid: int) -> tuple[int, int, str] | None:
+    """(parent pid, process group, state letter) from /proc/PID/stat, None when gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
+    return int(fields[1]), int(fields[2]), fields[0]
+
+
+def _alive(pid: int) -> bool:
+    """Running (not gone, not a zombie waiting to be reaped)."""
+    stat = _proc_stat(pid)
+    return stat is not None and stat[2] not in ("Z", "X")
+
+
+def process_tree(root: int, tag: str | None = None) -> set[int]:
+    """`root` and its descendants, plus every process of ours started with RUN_TAG_ENV=`tag` in
+    its environment (a worker whose torchrun died was re-parented, but keeps its environment).
+    Reads /proc (Linux); elsewhere only `root`."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return {root}
+    children: dict[int, list[int]] = {}
+    tagged: set[int] = set()
+    needle = f"{RUN_TAG_ENV}={tag}\0".encode() if tag else None
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        stat = _proc_stat(pid)
+        if stat is None:
+            continue
+        children.setdefault(stat[0], []).append(pid)
+        if needle is not None:
             try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.1)
+                if needle in (entry / "environ").read_bytes():
+                    tagged.add(pid)
+            except OSError:  # another user's process, or gone
+                pass
+    tree, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in tree:
+            tree.add(pid)
+            todo.extend(children.get(pid, []))
+    return tree | tagged
+
+
+def end_process_tree(root: int, tag: str | None = None, grace_s: float = KILL_GRACE_S) -> None:
+    """End torchrun (`root`) and every process it started: SIGTERM to each one's process group
+    (torchrun starts every worker in a session of its own, torch.distributed.elastic's
+    SubprocessHandler: start_new_session=True, torch 2.13), SIGKILL to what is left after
+    `grace_s`. The tree is collected before anything is signalled, while the parent links hold."""
+    pids = process_tree(root, tag)
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 0.0)):
+        if sig == signal.SIGKILL:
+            pids |= process_tree(root, tag)
+        live = {p for p in pids if _alive(p)}
+        if not live:
+            return
+        groups = {stat[1] for p in live if (stat := _proc_stat(p)) is not None}
+        for pgid in groups:
+            if pgid > 1 and pgid != os.getpgrp():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, sig)
+        for pid in live:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and any(_alive(p) for p in live):
+            time.sleep(0.05)
 
 
 def _find_record(out: Path, run_id: str) -> dict[str, Any] | None:
@@ -214,62 +278,106 @@ def _find_record(out: Path, run_id: str) -> dict[str, Any] | None:
 
 
 def _failure_reason(launch: Launch, rc: int | None, timeout_s: float | None, log: Path) -> str:
-    """One line: the hang, the first rank's own error, or how torchrun saw a rank die."""
+    """One line: the hang, a rank killed by a signal (it leaves no error of its own, and its
+    peers' errors, a closed connection, follow from it), else the first rank's own error, else
+    how torchrun saw a rank exit."""
     if timeout_s is not None:
         return f"timed out after {timeout_s:g} s (a rank hung or the run is too slow); killed"
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    exits = [(int(code), int(rank)) for code, rank in
+             re.findall(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)", text)]
+    killed = [(code, rank) for code, rank in exits if code < 0]
+    if killed:
+        code, local_rank = killed[0]
+        name = signal.Signals(-code).name
+        hint = " (out of host memory?)" if name == "SIGKILL" else ""
+        who = (f"rank {local_rank}" if launch.nnodes == 1 else
+               f"local rank {local_rank} of this node")
+        return f"{who} was killed by {name}{hint}; see {log}"
     errors = sorted(Path(launch.config.run_dir).glob("error-rank*.txt"),
                     key=lambda p: p.stat().st_mtime)
     if errors:
         rank = errors[0].stem.removeprefix("error-rank")
         return f"rank {rank}: {errors[0].read_text().strip()}"
-    text = log.read_text(errors="replace") if log.is_file() else ""
-    m = re.search(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)", text)
-    if m:
-        code, local_rank = int(m.group(1)), m.group(2)
-        if code < 0:
-            name = signal.Signals(-code).name
-            hint = " (out of host memory?)" if name == "SIGKILL" else ""
-            return f"local rank {local_rank} was killed by {name}{hint}; see {log}"
+    if exits:
+        code, local_rank = exits[0]
         return f"local rank {local_rank} exited with code {code}; see {log}"
     return f"torchrun exited with code {rc}; see {log}"
 
 
-def run_torchrun(command: list[str], env: dict[str, str], log: Path, timeout_s: float
+def run_torchrun(command: list[str], env: dict[str, str], log: Path, timeout_s: float, *,
+                 progress_file: Path | None = None, bar: Bar | None = None
                  ) -> tuple[int | None, bool]:
-    """Run a torchrun command in its own process group with its output in `log`; returns
-    (exit code or None, timed out). The whole group is gone when this returns."""
+    """Run a torchrun command in its own session with its output in `log`; returns (exit code
+    or None, timed out). SIGTERM, SIGINT and SIGHUP raise planner.interrupts.Interrupted here;
+    on every way out (done, timed out, interrupted, any error) torchrun and every process it
+    started are gone when this returns. The workers' phases (progress_file, written by rank 0)
+    move `bar` while it runs."""
     timed_out = False
-    with open(log, "w") as log_file:
-        proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
-                                env={**os.environ, **env}, start_new_session=True)
+    tag = uuid.uuid4().hex[:16]
+    full_env = {**os.environ, **env, RUN_TAG_ENV: tag}
+    phases = None
+    if progress_file is not None:
+        full_env[PROGRESS_FILE_ENV] = str(progress_file)
+        phases = PhaseFile(progress_file)
+    with raise_on_signals(), open(log, "w") as log_file:
+        with deferred():  # a signal while starting waits until the handle is held
+            proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
+                                    env=full_env, start_new_session=True)
         try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out, rc = True, None
-        finally:  # also on Ctrl-C: leave nothing behind
-            _kill_group(proc.pid)
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    rc = proc.wait(timeout=min(POLL_S, max(0.0, deadline - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    if phases is not None and bar is not None:
+                        phases.follow(bar)
+                    if time.monotonic() >= deadline:
+                        timed_out, rc = True, None
+                        break
+        finally:  # also on Ctrl-C, SIGTERM, SIGHUP: leave nothing behind
+            end_process_tree(proc.pid, tag)
             proc.wait()
     return rc, timed_out
 
 
-def execute(launch: Launch, timeout_s: float = 600.0) -> dict[str, Any]:
+def execute(launch: Launch, timeout_s: float = 600.0, *,
+            show_progress: bool | None = None) -> dict[str, Any]:
     """Run the prepared torchrun command and return the run's record (appending a failure record
-    when the workers did not write one). Nothing of the process group survives this call; the run
-    folder (config, torchrun log, per-rank errors) is removed after a good run."""
+    when the workers did not write one). Nothing of the process tree survives this call; the run
+    folder (config, torchrun log, per-rank errors) is removed after a good run. On SIGTERM,
+    SIGINT or SIGHUP the record says `interrupted by SIG...` and Interrupted is raised again.
+    A bar follows the workers' steps on a terminal (`show_progress` None) or when True."""
     cfg = launch.config
     log = Path(cfg.run_dir) / "torchrun.log"
-    rc, timed_out = run_torchrun(launch.command, {**launch.env, LAUNCHED_ENV: "1"}, log,
-                                 timeout_s)
+    total = cfg.warmup + cfg.steps
+    label = f"{cfg.base_record.get('layout', '')}"
+    try:
+        with progress(f"{label}: starting torchrun", total, enabled=show_progress) as bar:
+            rc, timed_out = run_torchrun(
+                launch.command, {**launch.env, LAUNCHED_ENV: "1"}, log, timeout_s,
+                progress_file=Path(cfg.run_dir) / "progress.jsonl", bar=bar)
+    except Interrupted as exc:
+        if _find_record(cfg.out, cfg.run_id) is None:  # rank 0 had not finished: say why
+            append_jsonl(cfg.out, _failure_record(launch, exc.reason, log))
+            exc.note = f"torchrun and its workers ended, the run's record appended to {cfg.out}"
+        raise
     record = _find_record(cfg.out, cfg.run_id)
     if record is not None and record.get("ok"):  # the run folder is kept only after a failure
         shutil.rmtree(cfg.run_dir, ignore_errors=True)
     if record is not None:  # written by rank 0 (ok, or its own failure when run by hand)
         return record
     reason = _failure_reason(launch, rc, timeout_s if timed_out else None, log)
-    record = {**cfg.base_record, "run_id": cfg.run_id, **_launcher_environment(launch),
-              **failure_fields(reason, launch.backend), "log": str(log)}
+    record = _failure_record(launch, reason, log)
     append_jsonl(cfg.out, record)
     return record
+
+
+def _failure_record(launch: Launch, reason: str, log: Path) -> dict[str, Any]:
+    cfg = launch.config
+    return {**cfg.base_record, "run_id": cfg.run_id, **_launcher_environment(launch),
+            **failure_fields(reason, launch.backend), "log": str(log)}
 
 
 def _launcher_environment(launch: Launch) -> dict[str, Any]:

@@ -94,7 +94,9 @@ def build_profile(raw: dict[str, Any], name: str, spec: GpuProfile | None = None
     threads = raw.get("threads_per_rank")
     sources["gemm_efficiency"] = (
         f"measured: torch.mm {dtype} square sweep, x = 2 n^3 FLOP, y = rate / peak (fastest "
-        f"call), all {n} ranks at once" + (f", {threads} threads each" if cpu else ""))
+        f"call), all {n} ranks at once" + (f", {threads} threads each" if cpu else "")
+        + "".join(f"; {line}" for line in raw.get("sweeps_stopped", [])
+                  if line.startswith(f"GEMM {dtype}:")))
     attn = raw["attention"]
     attention_eff = min(1.2, attn["flop_per_s"] / peak_bf16)
     sources["attention_efficiency"] = (
@@ -168,6 +170,10 @@ def build_profile(raw: dict[str, Any], name: str, spec: GpuProfile | None = None
             "threads_per_rank": threads,
             "gemm_all_dtypes_flop_per_s": {k: [[x, round(r)] for x, r in v]
                                            for k, v in gemm.items()},
+            # dtypes not measured (emulated on this CPU) and sweeps the time budget cut short
+            "gemm_dtypes_skipped": dict(raw.get("gemm_skipped", {})),
+            "sweeps_stopped": list(raw.get("sweeps_stopped", [])),
+            "budget_s": raw.get("budget"), "quick": raw.get("quick"),
             "collectives_intra_node": raw["intra_node"],
             "send_recv_intra_node": raw.get("intra_node_send_recv", []),
         },

@@ -27,6 +27,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.experimental import context_parallel
 
 from planner.io import append_jsonl
+from planner.progress import report_phase
 
 from .config import RunConfig, read_config
 from .model import ModelArgs, Transformer, cross_entropy, set_positions, synthetic_batch
@@ -241,14 +242,23 @@ def run(cfg: RunConfig, device: torch.device, backend: str) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     full = Transformer(args)
     rank = dist.get_rank()
+    total = cfg.warmup + cfg.steps
+
+    def phase(done: int, text: str) -> None:  # the launcher's progress bar (rank 0 speaks)
+        if rank == 0:
+            report_phase(done, total, f"{cfg.base_record.get('layout', '')}: {text}")
+
     ref_loss = ref_norm = None
     if cfg.check and rank == 0:
+        phase(0, "single-process reference step")
         ref_loss, ref_norm = reference_step(full, cfg, device)
+    phase(0, "building the layout")
     trainer = Trainer(cfg, full, device)
     del full
     _reset_peak_mem(device)
     losses, times, first_norm = [], [], None
-    for step in range(cfg.warmup + cfg.steps):
+    for step in range(total):
+        phase(step, f"step {step + 1}/{total}" + (" (warm-up)" if step < cfg.warmup else ""))
         _sync(device)
         t0 = time.perf_counter()
         loss, norm = trainer.step(step, want_grad_norm=step == 0)
@@ -257,6 +267,7 @@ def run(cfg: RunConfig, device: torch.device, backend: str) -> dict[str, Any]:
         losses.append(loss)
         if step == 0:
             first_norm = norm
+    phase(total, "gathering the measurements")
     measured = torch.tensor(times[cfg.warmup:], dtype=torch.float64)
     peak = torch.tensor([_peak_mem_bytes(device)], dtype=torch.float64)
     if device.type == "cuda":

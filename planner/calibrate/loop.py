@@ -25,6 +25,7 @@ from planner.calibrate.fit import FitResult, calibrate, profile_yaml
 from planner.errors import PlannerError
 from planner.layout import Layout
 from planner.plan import Plan
+from planner.progress import progress
 from planner.runs import Skipped, load_records
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
@@ -133,7 +134,10 @@ def closed_loop(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
     fitted profile is written to `profile_out` when given. With `stack` (a StackPreset, as
     `solve --calibrate` passes) the fit is planner.calibrate.fewshot's: only the knobs the runs
     identify, at most runs - 1, pulled toward the preset; without it, every knob the runs move.
-    Raises InfeasibleError when nothing fits, PlannerError when no validated run succeeded."""
+    Raises InfeasibleError when nothing fits, PlannerError when no validated run succeeded. A
+    terminal shows the plans and each run's steps as progress bars; SIGTERM, SIGINT or SIGHUP
+    during a run end its torchrun, append its record (ok false) and raise
+    planner.interrupts.Interrupted."""
     from planner.search import solve
 
     if n < 1:
@@ -148,8 +152,11 @@ def closed_loop(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
     plans_before = candidates[:top_k]
     already = _count_lines(runs_path)
     validated = [plan.layout for plan in choose_calibration_plans(candidates, n)]
-    for layout in validated:
-        validate_run(model, cluster, job, layout, runs_path)
+    with progress(f"validating {len(validated)} plans", len(validated)) as bar:
+        for i, layout in enumerate(validated):
+            bar.update(description=f"validating plan {i + 1}/{len(validated)}: {layout}")
+            validate_run(model, cluster, job, layout, runs_path)
+            bar.advance()
     runs, skipped = load_records(runs_path, cluster.gpu)
     runs = [r for r in runs if int(r.run_id.rsplit(":", 1)[1]) > already]
     skipped = [s for s in skipped if int(s.run_id.rsplit(":", 1)[1]) > already]

@@ -12,7 +12,8 @@
 
 Each command lives in its own module and only parses, calls the library and formats. Errors a
 user causes (planner.errors.PlannerError, and the parser's usage errors) are printed as one line
-on stderr with exit code 2 (1 for an infeasible solve).
+on stderr with exit code 2 (1 for an infeasible solve). A command that runs torchrun ends its
+processes on SIGTERM, SIGINT or SIGHUP and exits 128 + the signal with one line.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 from typing import Any
 
 from planner.errors import PlannerError
+from planner.interrupts import Interrupted
 
 # Command name -> the module that registers it on the typer app (planner.cli.typer_app). main()
 # imports only the module of the command being run, so `planner solve` never pays for the
@@ -75,6 +77,9 @@ def run(argv: list[str] | None = None) -> int:
     app = register(["planner", *args])
     try:
         result = app(args=args, prog_name="planner", standalone_mode=False)
+    except Interrupted as exc:  # SIGTERM, SIGINT, SIGHUP in validate, profile, solve --calibrate
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
     except PlannerError as exc:
         print(f"error: {one_line(str(exc))}", file=sys.stderr)
         for line in getattr(exc, "diagnosis", []):

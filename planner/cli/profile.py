@@ -7,7 +7,10 @@
 GEMM sweeps over sizes and dtypes, fused attention, copy bandwidth, and all-reduce, all-gather,
 reduce-scatter and send/recv sweeps over message sizes (inside a node, and across nodes when
 there are several). The profile has the built-in profiles' schema, every value with its source,
-and is usable by solve, estimate and validate through --profile.
+and is usable by solve, estimate and validate through --profile. The sweeps are budgeted by the
+device (a size sweep stops after its first point past the budget; a dtype this CPU emulates is
+skipped), both said in the profile; a terminal shows the phases as a progress bar. SIGTERM,
+SIGINT or SIGHUP end torchrun and its workers, leave --out as it was and exit 128 + signal.
 """
 
 from __future__ import annotations
@@ -38,12 +41,15 @@ def profile_cmd(
     """Measure GEMM, attention, memory and collective performance and write a GPU profile."""
     import json
     import tempfile
+    import time
     import uuid
 
     import torch
     from rich.console import Console
 
     from planner.errors import PlannerError
+    from planner.interrupts import Interrupted, raise_on_signals
+    from planner.progress import progress
     from planner.validate.launch import (
         cpu_thread_env,
         local_profile,
@@ -57,7 +63,8 @@ def profile_cmd(
     if per_node < 2:
         raise PlannerError("profiling needs at least 2 processes per node (--nproc 2)")
     console = Console(stderr=True, soft_wrap=True)
-    with tempfile.TemporaryDirectory(prefix="planner-profile-") as tmp:
+    started = time.monotonic()
+    with raise_on_signals(), tempfile.TemporaryDirectory(prefix="planner-profile-") as tmp:
         raw_path = Path(tmp) / "raw.json"
         cmd = torchrun_prefix(per_node, nnodes, rdzv_endpoint, uuid.uuid4().hex[:12])
         cmd += ["-m", "planner.validate.bench", "--out", str(raw_path)]
@@ -67,7 +74,13 @@ def profile_cmd(
         console.print("torchrun command:", highlight=False)
         typer.echo(" ".join([*(f"{k}={v}" for k, v in env.items()), *cmd]))
         log = Path(tmp) / "torchrun.log"
-        rc, timed_out = run_torchrun(cmd, env, log, timeout)
+        try:
+            with progress("profile: starting torchrun") as bar:
+                rc, timed_out = run_torchrun(cmd, env, log, timeout,
+                                             progress_file=Path(tmp) / "progress.jsonl", bar=bar)
+        except Interrupted as exc:
+            exc.note = f"torchrun and its workers ended; {out} not written"
+            raise
         if timed_out or rc != 0 or not raw_path.is_file():
             tail = log.read_text(errors="replace").strip().splitlines()[-15:]
             for line in tail:
@@ -78,8 +91,13 @@ def profile_cmd(
     spec = local_profile() if cuda else None
     profile = build_profile(raw, name or out.stem, spec)
     write_profile(profile, out)
+    for name_, why in raw.get("gemm_skipped", {}).items():
+        console.print(f"GEMM {name_} {why}", highlight=False)
+    for line in raw.get("sweeps_stopped", []):
+        console.print(f"time budget: {line}", highlight=False)
     console.print(
-        f"wrote {out}: peak {profile.peak_bf16_tflops * 1e3:.1f} GFLOP/s per process, "
+        f"wrote {out} in {time.monotonic() - started:.0f} s: peak "
+        f"{profile.peak_bf16_tflops * 1e3:.1f} GFLOP/s per process, "
         f"all-reduce busbw up to {profile.intra_node.link_gb_per_s:.3g} GB/s, "
         f"copy {profile.hbm_tb_per_s * 1e3:.1f} GB/s, {profile.memory_gib:.1f} GiB per process",
         highlight=False)

@@ -185,11 +185,17 @@ def solve_cmd(
                               stage_layers=parse_stage_layers(stage_layers),
                               even_stages=even_stages)
     elif calibrate is not None:
-        from planner.calibrate import closed_loop
+        from contextlib import nullcontext
 
-        loop = closed_loop(model_spec, cluster_spec, job, pins, calibrate, runs, top_k=top,
-                           profile_out=profile_out, stack=preset,
-                           tp_across_nodes=tp_across_nodes)
+        from planner.calibrate import closed_loop
+        from planner.interrupts import raise_on_signals
+        from planner.progress import hidden
+
+        # SIGTERM/SIGINT/SIGHUP: the run in flight ends with its record, exit 128 + signal
+        with raise_on_signals(), (hidden() if as_json else nullcontext()):
+            loop = closed_loop(model_spec, cluster_spec, job, pins, calibrate, runs, top_k=top,
+                               profile_out=profile_out, stack=preset,
+                               tp_across_nodes=tp_across_nodes)
         plans = loop.plans_after
         tied_total = sum(p.tied_with_best for p in plans)
     elif resolved is not None:

@@ -8,7 +8,9 @@
 Layout knobs default as in `estimate` (zero 1, selective recompute, sp when tp > 1). The
 scale-down options (--layers --hidden --heads --kv-heads --ffn --vocab) shrink the model's shape;
 the prediction is made for the model as it runs. Exit 0 when the run is ok, 1 when it failed
-(the record says why), 2 on bad input.
+(the record says why), 2 on bad input, 128 + signal on SIGTERM, SIGINT or SIGHUP (torchrun and
+its workers ended, a record with ok false and "interrupted by SIG..." appended). A terminal
+shows the steps as a progress bar.
 """
 
 from __future__ import annotations
@@ -142,7 +144,10 @@ def validate_cmd(
     typer.echo(f"{env + ' ' if env else ''}{launch.command_line}")
     if print_only:
         return
-    record = execute(launch, timeout_s=timeout)
+    from planner.interrupts import raise_on_signals
+
+    with raise_on_signals():  # SIGTERM/SIGINT/SIGHUP: record ok false, exit 128 + signal
+        record = execute(launch, timeout_s=timeout)
     _print_record(console, record, out)
     if not record.get("ok"):
         sys.exit(1)  # typer.Exit would be swallowed by planner.cli.main (standalone_mode=False)
