@@ -36,6 +36,7 @@ from planner.costmodel.memory import MEM_REL_ERROR
 from planner.errors import InfeasibleError, PlannerError, SpecError
 from planner.layout import Layout
 from planner.plan import TIME_COLUMNS
+from planner.progress import track
 from planner.registry import builtin_gpus, load_gpu
 from planner.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table
 from planner.specs import GpuProfile
@@ -132,7 +133,7 @@ def fitted_profiles(runs: Sequence[MeasuredRun], predictor: Predictor,
     knob values per GPU."""
     out: dict[str, GpuProfile] = {}
     values_of: dict[str, dict[str, float]] = {}
-    for name, group in _timed_by_gpu(runs).items():
+    for name, group in track(list(_timed_by_gpu(runs).items()), "fitting a profile per GPU"):
         stock = group[0].cluster.gpu
         layouts = _searched_layouts(group, stock, predictor)
         t0 = time.perf_counter()
@@ -238,7 +239,7 @@ def predict_all(runs: Sequence[MeasuredRun], profiles: dict[str, GpuProfile],
                 predictor: Predictor) -> pd.DataFrame:
     """One row per run: measured, predicted, fits, the time terms."""
     rows = []
-    for run in runs:
+    for run in track(runs, "predicting the published runs"):
         gpu = profiles.get(run.cluster.gpu.name, run.cluster.gpu)
         try:
             pred = predictor.row(run, gpu)

@@ -26,12 +26,16 @@ T = TypeVar("T")
 PROGRESS_FILE_ENV = "PLANNER_PROGRESS_FILE"
 
 
-def on_terminal() -> bool:
-    """True when stderr (where the bars go) is a terminal."""
+def _isatty(stream: Any) -> bool:
     try:
-        return sys.stderr.isatty()
+        return bool(stream.isatty())
     except (AttributeError, ValueError):  # a closed or replaced stream
         return False
+
+
+def on_terminal() -> bool:
+    """True when stderr (where the bars go) is a terminal."""
+    return _isatty(sys.stderr)
 
 
 class Bar:
@@ -106,7 +110,11 @@ def progress(description: str, total: float | None = None, *,
 
     columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                MofNCompleteColumn(), TimeElapsedColumn()]
-    with Progress(*columns, console=Console(stderr=True), transient=True) as prog:
+    # prints to stdout go above the bar only when stdout is this terminal too (rich would
+    # otherwise carry a piped stdout over to stderr)
+    to_terminal = _isatty(sys.stdout)
+    with Progress(*columns, console=Console(stderr=True), transient=True,
+                  redirect_stdout=to_terminal, redirect_stderr=True) as prog:
         _active = prog
         try:
             yield Bar(prog, prog.add_task(description, total=total))

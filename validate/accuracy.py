@@ -16,7 +16,9 @@ import statistics
 import sys
 from pathlib import Path
 
+from planner.interrupts import Interrupted
 from planner.layout import Layout
+from planner.progress import progress
 from planner.registry import load_gpu, load_model
 from planner.specs import JobSpec
 
@@ -45,12 +47,14 @@ def run_set(profile_path: str, out: Path, steps: int, warmup: int, model: str = 
     spec = scaled_spec(load_model(model), CPU_SCALE)
     gpu = load_gpu(profile_path)
     records = []
-    for layout in layouts:
-        launch = prepare(spec, layout, CPU_JOB, out=out, steps=steps, warmup=warmup,
-                         profile=gpu, profile_ref=profile_path, check=False)
-        rec = execute(launch, timeout_s=900)
-        records.append(rec)
-        print(_row(rec), flush=True)
+    with progress(f"validating {len(layouts)} layouts", len(layouts)) as bar:
+        for layout in layouts:
+            launch = prepare(spec, layout, CPU_JOB, out=out, steps=steps, warmup=warmup,
+                             profile=gpu, profile_ref=profile_path, check=False)
+            rec = execute(launch, timeout_s=900)
+            records.append(rec)
+            print(_row(rec), flush=True)
+            bar.advance()
     return records
 
 
@@ -77,7 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     ns = parser.parse_args(argv)
-    errors = relative_errors(run_set(ns.profile, ns.out, ns.steps, ns.warmup))
+    try:
+        errors = relative_errors(run_set(ns.profile, ns.out, ns.steps, ns.warmup))
+    except Interrupted as exc:  # the run in flight has its record; say so and stop
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     if errors:
         print(f"median |error| {statistics.median(abs(e) for e in errors):.1%} over {len(errors)} "
               f"runs; median signed {statistics.median(errors):+.1%}")

@@ -391,6 +391,7 @@ def run(quick: bool) -> dict[str, Any]:
         stopped += more
     result["sweeps_stopped"] = stopped
     result["hostname"] = socket.gethostname()
+    phases.tick("writing the raw numbers", units=phases.total)
     return result
 
 
@@ -411,7 +412,6 @@ def main(argv: list[str] | None = None) -> int:
         if dist.get_rank() == 0:
             from planner.io import write_text_atomic
 
-            report_phase(1, 1, "writing the raw numbers")
             write_text_atomic(ns.out, json.dumps(result, indent=1))
         dist.barrier()
     finally:

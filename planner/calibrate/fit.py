@@ -20,6 +20,7 @@ import numpy as np
 
 from planner.errors import PlannerError
 from planner.layout import Layout
+from planner.progress import track
 from planner.runs import MeasuredRun
 from planner.specs import Curve, GpuProfile
 
@@ -354,7 +355,7 @@ def calibrate(profile: GpuProfile, runs: Sequence[MeasuredRun], *,
     if cross_validate and len(fit_runs) >= 3:
         folds, method = _cv_folds(len(fit_runs), max_loo)
         pred_cv = np.empty(len(fit_runs))
-        for held in folds:
+        for held in track(folds, f"cross-validating ({method}): refits"):
             train = np.setdiff1d(np.arange(len(fit_runs)), held)
             tr_runs = [fit_runs[i] for i in train]
             tr_lay = [fit_layouts[i] for i in train]

@@ -55,6 +55,7 @@ def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitO
                   stack: StackOpt = None) -> None:
     """Fit the profile's efficiency parameters to measured runs and write a new profile."""
     import json
+    from contextlib import nullcontext
 
     from rich.console import Console
 
@@ -62,6 +63,7 @@ def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitO
     from planner.calibrate.report import fit_summary, print_fit
     from planner.errors import SpecError
     from planner.io import write_text_atomic
+    from planner.progress import hidden, progress
     from planner.registry import load_gpu
     from planner.runs import load_runs
 
@@ -85,13 +87,15 @@ def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitO
                         + (f" ({'; '.join(reasons)})" if reasons else ""))
     preset = _stack_of(stack, measured)
     measured = [_with_stack(r.with_gpu(gpu), preset) for r in measured]
-    if fit:
-        names = [n.strip() for n in fit.split(",") if n.strip()]
-        result = calibrate(preset.profile_for(gpu), measured, names=names, cross_validate=cv)
-    else:
-        from planner.calibrate.fewshot import few_shot_fit
+    with (hidden() if json_out else nullcontext()), \
+            progress(f"fitting {gpu.name} to {len(measured)} runs"):
+        if fit:
+            names = [n.strip() for n in fit.split(",") if n.strip()]
+            result = calibrate(preset.profile_for(gpu), measured, names=names, cross_validate=cv)
+        else:
+            from planner.calibrate.fewshot import few_shot_fit
 
-        result = few_shot_fit(gpu, measured, stack=preset, cross_validate=cv)
+            result = few_shot_fit(gpu, measured, stack=preset, cross_validate=cv)
     write_text_atomic(out, profile_yaml(result.profile))
     if plot is not None:
         from planner.figures import calibration_figure, save
