@@ -190,20 +190,23 @@ def torchrun_prefix(nproc_per_node: int, nnodes: int, rdzv_endpoint: str | None,
     return cmd + ["--standalone"]
 
 
-def _proc_stat(pid: int) -> tuple[int, int, str] | None:
-    """(parent pid, process group, state letter) from /proc/PID/stat, None when gone."""
+def _proc_stat(pid: int) -> tuple[int, int, str, int] | None:
+    """(parent pid, process group, state letter, start time in clock ticks since boot) from
+    /proc/PID/stat (proc(5)), None when gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
-    return int(fields[1]), int(fields[2]), fields[0]
+    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) ": field 3 onwards
+    return int(fields[1]), int(fields[2]), fields[0], int(fields[19])
 
 
-def _alive(pid: int) -> bool:
-    """Running (not gone, not a zombie waiting to be reaped)."""
+def _alive(pid: int, started: int | None = None) -> bool:
+    """Running (not gone, not a zombie waiting to be reaped), and when `started` is given the
+    same process that started then (not a new one that reuses the pid)."""
     stat = _proc_stat(pid)
-    return stat is not None and stat[2] not in ("Z", "X")
+    return (stat is not None and stat[2] not in ("Z", "X")
+            and (started is None or stat[3] == started))
 
 
 def process_tree(root: int, tag: str | None = None) -> set[int]:
@@ -244,23 +247,31 @@ def end_process_tree(root: int, tag: str | None = None, grace_s: float = KILL_GR
     (torchrun starts every worker in a session of its own, torch.distributed.elastic's
     SubprocessHandler: start_new_session=True, torch 2.13), SIGKILL to what is left after
     `grace_s`. The tree is collected before anything is signalled, while the parent links hold."""
-    pids = process_tree(root, tag)
-    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 0.0)):
+    started: dict[int, int] = {}
+
+    def collect() -> None:
+        for pid in process_tree(root, tag):
+            stat = _proc_stat(pid)
+            if stat is not None:
+                started.setdefault(pid, stat[3])
+
+    collect()
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):  # until gone
         if sig == signal.SIGKILL:
-            pids |= process_tree(root, tag)
-        live = {p for p in pids if _alive(p)}
+            collect()
+        live = {p for p, t in started.items() if _alive(p, t)}
         if not live:
             return
-        groups = {stat[1] for p in live if (stat := _proc_stat(p)) is not None}
-        for pgid in groups:
-            if pgid > 1 and pgid != os.getpgrp():
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pgid, sig)
+        # a group is signalled only through its leader, one of ours (a worker, torchrun)
+        groups = {stat[1] for p in live if (stat := _proc_stat(p)) is not None} & live
+        for pgid in groups - {os.getpgrp()}:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, sig)
         for pid in live:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and any(_alive(p) for p in live):
+        while time.monotonic() < deadline and any(_alive(p, started[p]) for p in live):
             time.sleep(0.05)
 
 

@@ -223,6 +223,15 @@ def test_profile_command_writes_a_usable_profile(tmp_path: Path) -> None:
     assert max(y for _x, y in prof.gemm_efficiency.points) == pytest.approx(1.0, rel=1e-3)
     assert 1e8 < prof.peak_bf16_tflops * 1e12 < 1e13  # 0.1 GFLOP/s .. 10 TFLOP/s per CPU rank
     assert prof.intra_node.busbw_gb_per_s.points and prof.intra_node.latency_us > 0
+    # the profile holds what the benchmark measured (provenance keeps the raw sweeps)
+    assert prof.gemm_efficiency.points == [
+        (x, pytest.approx(r / (prof.peak_bf16_tflops * 1e12), rel=2e-3)) for x, r in gemm]
+    measured_ar = prof.provenance["collectives_intra_node"]["all_reduce"]
+    assert prof.intra_node.busbw_gb_per_s.points == [
+        (s, pytest.approx(bw / 1e9, rel=1e-3)) for s, _t, bw in measured_ar]
+    assert prof.provenance["quick"] is True and prof.provenance["budget_s"]["point_s"] > 0
+    assert "float32" not in prof.provenance["gemm_dtypes_skipped"]
+    assert "wrote " in res.stderr and " s: peak " in res.stderr
     res = _planner("estimate", "--model", "gpt3-1.3b", "--cluster", str(out), "--tp", "1",
                    "--pp", "1", "--seq-len", "64", "--global-batch", "4", "--json")
     assert res.returncode == 0, res.stderr
