@@ -121,7 +121,7 @@ def slow_dtypes(device: torch.device, dtypes: list[torch.dtype], budget: Budget,
                 n: int = 256) -> dict[str, str]:
     """dtype name -> why its sweep is skipped, for the CPU dtypes whose n^3 GEMM runs at less
     than SLOW_DTYPE_RATIO of fp32's rate here. GPUs run every dtype."""
-    if device.type != "cpu" or torch.float32 not in dtypes:
+    if device.type != "cpu" or torch.float32 not in dtypes or len(dtypes) < 2:
         return {}
     probe = Budget(min_time_s=min(0.1, budget.min_time_s), point_s=budget.point_s,
                    sweep_s=budget.sweep_s)
