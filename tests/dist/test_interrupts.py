@@ -92,7 +92,8 @@ def _records(path: Path) -> list[dict]:
 
 @pytest.mark.parametrize("sig, when", [(signal.SIGTERM, "mid-step"),
                                        (signal.SIGINT, "at start"),
-                                       (signal.SIGHUP, "mid-step")])
+                                       (signal.SIGHUP, "mid-step")],
+                         ids=["SIGTERM-mid-step", "SIGINT-at-start", "SIGHUP-mid-step"])
 def test_validate_signal_ends_torchrun_and_records_why(tmp_path: Path, sig: int, when: str
                                                        ) -> None:
     runs = tmp_path / "runs.jsonl"
