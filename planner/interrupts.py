@@ -20,7 +20,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# (SIGHUP does not exist on Windows)
+SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP")
+                if hasattr(signal, name))
 
 
 class Interrupted(BaseException):

@@ -92,7 +92,7 @@ def time_call(fn: Callable[[], Any], device: torch.device, min_time_s: float,
 
 class Phases:
     """The benchmark's units of work (a GEMM size, a message size, ...), reported to the
-    launcher's progress bar by rank 0."""
+    launcher's progress bar by (local) rank 0."""
 
     def __init__(self, total: int, rank: int) -> None:
         self.total, self.done, self.rank = total, 0, rank
@@ -354,7 +354,9 @@ def run(quick: bool) -> dict[str, Any]:
         "memory": memory, "quick": quick, "budget": asdict(budget), **environment(device),
     }
     comm_sweeps = (2 if local_world > 1 else 0) + (2 if nnodes > 1 else 0)
-    phases = Phases(len(dtypes) * len(gemm_sizes) + 2 + comm_sweeps * len(coll_sizes), rank)
+    # each node's launcher follows its own local rank 0
+    phases = Phases(len(dtypes) * len(gemm_sizes) + 2 + comm_sweeps * len(coll_sizes),
+                    int(os.environ.get("LOCAL_RANK", rank)))
     # compute, all ranks at once; keep rank 0's numbers (ranks are alike on one node)
     dist.barrier()
     phases.tick("GEMM: which dtypes run natively", units=0)

@@ -244,8 +244,10 @@ def run(cfg: RunConfig, device: torch.device, backend: str) -> dict[str, Any]:
     rank = dist.get_rank()
     total = cfg.warmup + cfg.steps
 
-    def phase(done: int, text: str) -> None:  # the launcher's progress bar (rank 0 speaks)
-        if rank == 0:
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+
+    def phase(done: int, text: str) -> None:  # each node's launcher hears its local rank 0
+        if local_rank == 0:
             report_phase(done, total, f"{cfg.base_record.get('layout', '')}: {text}")
 
     ref_loss = ref_norm = None
