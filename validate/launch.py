@@ -57,23 +57,50 @@ class Launch:
         return shlex.join(self.command)
 
 
-def local_backend() -> str:
-    """nccl when a CUDA GPU is visible, gloo otherwise."""
+def require_torch() -> None:
+    """SpecError (one line, exit 2) when torch is not installed: torchrun would fail in every
+    process. Looks the module up without importing it."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise SpecError("this command runs torch under torchrun, and torch is not installed: "
+                        "pip install 'llm-3d-planner[validate]'")
+
+
+def _no_gpu_driver() -> bool:
+    """True when no NVIDIA or AMD GPU driver is loaded (Linux: no /proc/driver/nvidia, no
+    /dev/nvidia0, no /dev/kfd), so torch would see no GPU: the launcher then need not import
+    torch (~3 s on a busy 2-core host) just to learn that."""
+    if not Path("/proc").is_dir():  # not Linux: ask torch
+        return False
+    return not any(Path(p).exists() for p in ("/proc/driver/nvidia/gpus", "/dev/nvidia0",
+                                              "/dev/kfd"))
+
+
+def local_gpu_count() -> int:
+    """GPUs torch sees here (torch.cuda.device_count(), 0 without CUDA)."""
+    if _no_gpu_driver():
+        return 0
     try:
         import torch
 
-        return "nccl" if torch.cuda.is_available() else "gloo"
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
     except ImportError:  # pragma: no cover - torch is required by validate
-        return "gloo"
+        return 0
+
+
+def local_backend() -> str:
+    """nccl when a CUDA GPU is visible, gloo otherwise."""
+    return "nccl" if local_gpu_count() > 0 else "gloo"
 
 
 def local_profile() -> GpuProfile | None:
     """The built-in profile whose name or alias appears in the local GPU's name, if any."""
+    if local_gpu_count() == 0:
+        return None
     try:
         import torch
 
-        if not torch.cuda.is_available():
-            return None
         name = torch.cuda.get_device_name(0).lower().replace(" ", "-")
     except ImportError:  # pragma: no cover
         return None

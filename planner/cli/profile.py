@@ -44,7 +44,6 @@ def profile_cmd(
     import time
     import uuid
 
-    import torch
     from rich.console import Console
 
     from planner.errors import PlannerError
@@ -52,14 +51,18 @@ def profile_cmd(
     from planner.progress import progress
     from planner.validate.launch import (
         cpu_thread_env,
+        local_gpu_count,
         local_profile,
+        require_torch,
         run_torchrun,
         torchrun_prefix,
     )
     from planner.validate.profile import build_profile, write_profile
 
-    cuda = torch.cuda.is_available()
-    per_node = nproc or (torch.cuda.device_count() if cuda else 2)
+    require_torch()
+    gpus = local_gpu_count()  # imports torch only where a GPU driver is loaded
+    cuda = gpus > 0
+    per_node = nproc or (gpus if cuda else 2)
     if per_node < 2:
         raise PlannerError("profiling needs at least 2 processes per node (--nproc 2)")
     console = Console(stderr=True, soft_wrap=True)

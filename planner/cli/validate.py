@@ -145,6 +145,9 @@ def validate_cmd(
     if print_only:
         return
     from planner.interrupts import raise_on_signals
+    from planner.validate.launch import require_torch
+
+    require_torch()
 
     with raise_on_signals():  # SIGTERM/SIGINT/SIGHUP: record ok false, exit 128 + signal
         record = execute(launch, timeout_s=timeout)

@@ -158,3 +158,30 @@ def test_a_rank_killed_by_a_signal_is_the_root_cause(tmp_path: Path) -> None:
     assert _failure_reason(_launch(tmp_path), 1, None, log) == (
         "rank 0: RuntimeError: Connection closed by peer")
     assert _failure_reason(_launch(tmp_path), None, 10.0, log).startswith("timed out after 10 s")
+
+
+def test_without_a_gpu_driver_the_launcher_does_not_import_torch() -> None:
+    from planner.validate.launch import _no_gpu_driver
+
+    code = ("import sys; from planner.validate.launch import local_backend, local_gpu_count, "
+            "local_profile; print(local_gpu_count(), local_backend(), local_profile(), "
+            "'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    if _no_gpu_driver():
+        assert out == ["0", "gloo", "None", "False"]
+    else:  # a GPU machine: torch answers
+        assert out[3] == "True"
+
+
+def test_a_missing_torch_is_one_clear_error(monkeypatch) -> None:
+    import importlib.util
+
+    from planner.errors import SpecError
+    from planner.validate.launch import require_torch
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else real(name, *a))
+    with pytest.raises(SpecError, match=r"torch is not installed: pip install"):
+        require_torch()
