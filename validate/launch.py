@@ -358,11 +358,12 @@ def run_torchrun(command: list[str], env: dict[str, str], log: Path, timeout_s: 
     if progress_file is not None:
         full_env[PROGRESS_FILE_ENV] = str(progress_file)
         phases = PhaseFile(progress_file)
+    proc = None
     with raise_on_signals(), open(log, "w") as log_file:
-        with deferred():  # a signal while starting waits until the handle is held
-            proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
-                                    env=full_env, start_new_session=True)
         try:
+            with deferred():  # a signal while starting is raised once the handle is held
+                proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
+                                        env=full_env, start_new_session=True)
             deadline = time.monotonic() + timeout_s
             while True:
                 try:
@@ -375,8 +376,9 @@ def run_torchrun(command: list[str], env: dict[str, str], log: Path, timeout_s: 
                         timed_out, rc = True, None
                         break
         finally:  # also on Ctrl-C, SIGTERM, SIGHUP: leave nothing behind
-            end_process_tree(proc.pid, tag)
-            proc.wait()
+            if proc is not None:
+                end_process_tree(proc.pid, tag)
+                proc.wait()
     return rc, timed_out
 
 

@@ -185,3 +185,26 @@ def test_a_missing_torch_is_one_clear_error(monkeypatch) -> None:
                         lambda name, *a: None if name == "torch" else real(name, *a))
     with pytest.raises(SpecError, match=r"torch is not installed: pip install"):
         require_torch()
+
+
+def test_a_signal_while_torchrun_starts_still_ends_it(tmp_path: Path, monkeypatch) -> None:
+    """SIGTERM lands inside Popen (before the launcher holds the handle): it is raised once
+    the handle is held, and the process started is ended like any other."""
+    from planner.validate import launch
+
+    started = []
+    real_popen = subprocess.Popen
+
+    def popen_signalled_midway(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the handler has run (deferred) before the process exists
+        proc = real_popen(*args, **kwargs)
+        started.append(proc)
+        return proc
+
+    monkeypatch.setattr(launch.subprocess, "Popen", popen_signalled_midway)
+    cmd = [sys.executable, "-c", "import time; time.sleep(600)"]
+    with pytest.raises(Interrupted, match="interrupted by SIGTERM"):
+        launch.run_torchrun(cmd, {}, tmp_path / "log", timeout_s=60)
+    [proc] = started
+    assert proc.returncode == -signal.SIGTERM and not _alive(proc.pid)
