@@ -124,7 +124,8 @@ def progress(description: str, total: float | None = None, *,
 
 def track(items: Iterable[T], description: str, total: int | None = None, *,
           enabled: bool | None = None) -> Iterator[T]:
-    """Iterate `items` with a bar that advances once per item."""
+    """Iterate `items` with a bar that advances once per item (for a loop run to its end; a
+    loop that may break early holds a `progress` block instead, so its bar closes with it)."""
     if total is None and hasattr(items, "__len__"):
         total = len(items)  # type: ignore[arg-type]
     with progress(description, total, enabled=enabled) as bar:
