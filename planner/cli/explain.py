@@ -20,7 +20,6 @@ import typer
 
 from planner import limits
 from planner.cli.options import (
-    AttentionChoice,
     AttentionOpt,
     ClusterOpt,
     CpOpt,
@@ -28,7 +27,6 @@ from planner.cli.options import (
     EpOpt,
     GlobalBatchOpt,
     GpuHourPriceOpt,
-    GradDtypeChoice,
     GradDtypeOpt,
     JsonOpt,
     MbsOpt,
@@ -45,6 +43,7 @@ from planner.cli.options import (
     RefLrOpt,
     SeqLenOpt,
     SpOpt,
+    StackOpt,
     StorageOpt,
     TpOpt,
     TpOverlapOpt,
@@ -56,6 +55,7 @@ from planner.cli.options import (
     load_inputs,
     output_file,
     run_inputs,
+    stack_pins,
     with_runs,
 )
 from planner.cli.typer_app import app
@@ -138,10 +138,11 @@ def explain_cmd(
     recompute: RecomputeOpt = None,
     sp: SpOpt = None,
     precision: PrecisionOpt = PrecisionChoice.bf16,
-    attention: AttentionOpt = AttentionChoice.flash,
-    grad_dtype: GradDtypeOpt = GradDtypeChoice.auto,
-    tp_comm_overlap: TpOverlapOpt = False,
-    p2p_overlap: P2pOverlapOpt = True,
+    attention: AttentionOpt = None,
+    grad_dtype: GradDtypeOpt = None,
+    tp_comm_overlap: TpOverlapOpt = None,
+    p2p_overlap: P2pOverlapOpt = None,
+    stack: StackOpt = None,
     seq_len: SeqLenOpt = None,
     global_batch: GlobalBatchOpt = None,
     profile: ProfileOpt = None,
@@ -159,15 +160,17 @@ def explain_cmd(
     (re-estimated), and why its neighbours in the ranking lose."""
     from planner.explain import explain
     from planner.report import run_note_lines
+    from planner.stacks import resolve_stack
 
+    preset = resolve_stack(stack)
     model_spec, cluster_spec, job = load_inputs(
         model, cluster, profile, seq_len, global_batch, precision, attention, grad_dtype,
-        tp_comm_overlap, p2p_overlap,
+        tp_comm_overlap, p2p_overlap, stack=stack,
     )
     run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
     check_lr_options(ref_lr, ref_batch)
-    pins = layout_pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero,
-                       recompute=recompute, sp=sp)
+    pins = stack_pins(preset, layout_pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs,
+                                          zero=zero, recompute=recompute, sp=sp))
     plan, ranked = resolve_plan(model_spec, cluster_spec, job, pins, rank, 10)
     plan = with_runs([plan], model_spec, cluster_spec, run_in)[0]
     exp = explain(model_spec, cluster_spec, job, plan, ranked)
@@ -215,10 +218,11 @@ def report_cmd(
     recompute: RecomputeOpt = None,
     sp: SpOpt = None,
     precision: PrecisionOpt = PrecisionChoice.bf16,
-    attention: AttentionOpt = AttentionChoice.flash,
-    grad_dtype: GradDtypeOpt = GradDtypeChoice.auto,
-    tp_comm_overlap: TpOverlapOpt = False,
-    p2p_overlap: P2pOverlapOpt = True,
+    attention: AttentionOpt = None,
+    grad_dtype: GradDtypeOpt = None,
+    tp_comm_overlap: TpOverlapOpt = None,
+    p2p_overlap: P2pOverlapOpt = None,
+    stack: StackOpt = None,
     seq_len: SeqLenOpt = None,
     global_batch: GlobalBatchOpt = None,
     profile: ProfileOpt = None,
@@ -242,14 +246,17 @@ def report_cmd(
 
     if html.suffix.lower() not in (".html", ".htm"):
         raise SpecError(f"--html {html}: use a .html file name")
+    from planner.stacks import resolve_stack
+
+    preset = resolve_stack(stack)
     model_spec, cluster_spec, job = load_inputs(
         model, cluster, profile, seq_len, global_batch, precision, attention, grad_dtype,
-        tp_comm_overlap, p2p_overlap,
+        tp_comm_overlap, p2p_overlap, stack=stack,
     )
     run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
     check_lr_options(ref_lr, ref_batch)
-    pins = layout_pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero,
-                       recompute=recompute, sp=sp)
+    pins = stack_pins(preset, layout_pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs,
+                                          zero=zero, recompute=recompute, sp=sp))
     ranked = solve(model_spec, cluster_spec, job, pins, top_k=max(top, PARETO_PLANS))
     ranked = with_runs(ranked, model_spec, cluster_spec, run_in)
     winner = ranked[0]

@@ -28,13 +28,11 @@ from planner.cli.launch import (
     write_export,
 )
 from planner.cli.options import (
-    AttentionChoice,
     AttentionOpt,
     CpOpt,
     DpOpt,
     EpOpt,
     GlobalBatchOpt,
-    GradDtypeChoice,
     GradDtypeOpt,
     MbsOpt,
     P2pOverlapOpt,
@@ -45,11 +43,13 @@ from planner.cli.options import (
     RecomputeOpt,
     SeqLenOpt,
     SpOpt,
+    StackOpt,
     TpOpt,
     TpOverlapOpt,
     VppOpt,
     ZeroOpt,
     layout_pins,
+    stack_pins,
 )
 from planner.cli.typer_app import app
 
@@ -72,10 +72,11 @@ def export_cmd(
     recompute: RecomputeOpt = None,
     sp: SpOpt = None,
     precision: PrecisionOpt = PrecisionChoice.bf16,
-    attention: AttentionOpt = AttentionChoice.flash,
-    grad_dtype: GradDtypeOpt = GradDtypeChoice.auto,
-    tp_comm_overlap: TpOverlapOpt = False,
-    p2p_overlap: P2pOverlapOpt = True,
+    attention: AttentionOpt = None,
+    grad_dtype: GradDtypeOpt = None,
+    tp_comm_overlap: TpOverlapOpt = None,
+    p2p_overlap: P2pOverlapOpt = None,
+    stack: StackOpt = None,
     seq_len: SeqLenOpt = None,
     global_batch: GlobalBatchOpt = None,
     profile: ProfileOpt = None,
@@ -89,13 +90,14 @@ def export_cmd(
     from planner.plan import Plan
     from planner.search import solve
     from planner.search.problem import KNOBS
+    from planner.stacks import resolve_stack
 
-    pins = layout_pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero,
-                       recompute=recompute, sp=sp)
+    pins = stack_pins(resolve_stack(stack), layout_pins(
+        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp))
     recipe = dict(precision=precision, attention=attention, grad_dtype=grad_dtype,
                   tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap)
     model_spec, cluster_spec, job, pins, _ = inputs(ctx, config, model, cluster, profile,
-                                                    seq_len, global_batch, recipe, pins)
+                                                    seq_len, global_batch, recipe, pins, stack)
     if all(k in pins for k in KNOBS):
         layout = Layout(**{k: pins[k] for k in KNOBS})
         plan = Plan(layout, estimate(model_spec, cluster_spec, job, layout))

@@ -206,3 +206,19 @@ def test_report_renders_in_headless_chromium(report_html: Path, tmp_path: Path):
     assert len(colours) > 50
     dark = (pixels.sum(axis=-1) < 0.6).mean()
     assert 0.001 < dark < 0.5
+
+
+def test_explain_and_export_take_the_stack_solve_ranked_with():
+    """--stack on explain and export: plan 1 is solve's plan 1 under the same stack (its recipe
+    and efficiency factors), and the export carries the stack's recipe (NeMo: TP overlap)."""
+    args = ["--model", "llama3-70b", "--cluster", "64xH100", "--stack", "nemo"]
+    best = json.loads(runner.invoke(app, ["solve", *args, "--top", "1", "--json"]).stdout)[0]
+    plan = _json(["explain", *args, "--rank", "1", "--json"])["plan"]
+    assert {k: plan[k] for k in ("tp", "pp", "dp", "vpp", "mbs", "zero", "recompute")} == \
+        {k: best[k] for k in ("tp", "pp", "dp", "vpp", "mbs", "zero", "recompute")}
+    assert plan["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-9)
+    stock = _json(["explain", "--model", "llama3-70b", "--cluster", "64xH100", "--rank", "1",
+                   "--json"])
+    assert stock["plan"]["step_time_s"] != pytest.approx(best["step_time_s"], rel=1e-3)
+    script = runner.invoke(app, ["export", "--to", "megatron", *args]).stdout
+    assert "--tp-comm-overlap" in script
