@@ -267,6 +267,29 @@ def _stage_memory(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knob
     return _StageMemory(state, act, other, flight)
 
 
+def dp_and_optimizer_time(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs,
+                          t: _StageTimes, state: Any, heavy: np.ndarray, at: Any
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds per step of exposed DP traffic and of the optimizer step, taken on stage `heavy`
+    of each layout (the stage holding the most parameters; its pass times hide the reduce):
+    dense parameters reduce over the DP x CP group, expert parameters over the expert-DP group.
+    One home for the plain model (_assemble) and for each pool of a cluster of pools."""
+    pd_h, pe_h = at(state.p_dense, heavy), at(state.p_expert, heavy)
+    grad_w = memory.grad_reduce_bytes(x.zero, job.grad_dtype)
+    unit = at(state.unit, heavy)
+    per_step, per_mb = comm.dp_traffic_time(comm.Group(cluster, state.d_dense, x.tp), pd_h,
+                                            x.zero, grad_w, unit)
+    if model.is_moe:
+        ps_e, pm_e = comm.dp_traffic_time(comm.Group(cluster, state.d_expert, x.tp * x.ep), pe_h,
+                                          x.zero, grad_w, unit)
+        per_step, per_mb = per_step + ps_e, per_mb + pm_e
+    time_dp = comm.dp_exposed_time(per_step, per_mb, x.m, x.zero, at(t.compute.forward, heavy),
+                                   at(t.compute.recompute, heavy), at(t.compute.backward, heavy),
+                                   cluster.gpu.dp_overlap, job.grad_overlap)
+    shard = np.where(x.zero >= 1, pd_h / state.d_dense + pe_h / state.d_expert, pd_h + pe_h)
+    return time_dp, compute.optimizer_time(cluster.gpu, shard)
+
+
 def _assemble(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs,
               st: dict[str, np.ndarray], t: _StageTimes, mem: _StageMemory
               ) -> dict[str, np.ndarray]:
@@ -289,20 +312,7 @@ def _assemble(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs,
     # DP communication and the optimizer step, on the stage holding the most parameters
     state = mem.state
     heavy = np.argmax(state.p_dense + state.p_expert, axis=1)
-    pd_h, pe_h = at(state.p_dense, heavy), at(state.p_expert, heavy)
-    grad_w = memory.grad_reduce_bytes(x.zero, job.grad_dtype)
-    unit = at(state.unit, heavy)
-    per_step, per_mb = comm.dp_traffic_time(comm.Group(cluster, state.d_dense, x.tp), pd_h,
-                                            x.zero, grad_w, unit)
-    if model.is_moe:
-        ps_e, pm_e = comm.dp_traffic_time(comm.Group(cluster, state.d_expert, x.tp * x.ep), pe_h,
-                                          x.zero, grad_w, unit)
-        per_step, per_mb = per_step + ps_e, per_mb + pm_e
-    time_dp = comm.dp_exposed_time(per_step, per_mb, m, x.zero, at(t.compute.forward, heavy),
-                                   at(t.compute.recompute, heavy), at(t.compute.backward, heavy),
-                                   gpu.dp_overlap, job.grad_overlap)
-    shard = np.where(x.zero >= 1, pd_h / state.d_dense + pe_h / state.d_expert, pd_h + pe_h)
-    time_opt = compute.optimizer_time(gpu, shard)
+    time_dp, time_opt = dp_and_optimizer_time(model, cluster, job, x, t, state, heavy, at)
 
     total = mem.total
     peak_stage = np.argmax(total, axis=1)

@@ -26,13 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from planner.costmodel import comm, compute, memory, pipeline
+from planner.costmodel import comm, compute, pipeline
 from planner.costmodel.batch import (
     _gather_stages,
     _Knobs,
     _Picker,
     _stage_memory,
     _stage_times,
+    dp_and_optimizer_time,
     layout_arrays,
 )
 from planner.layout import Layout
@@ -110,20 +111,7 @@ def estimate_pooled_batch(
         params = np.where((pool == j) & real, state.p_dense + state.p_expert, -1.0)
         heavy = np.argmax(params, axis=1)
         present = at(params, heavy) >= 0
-        pd_h, pe_h = at(state.p_dense, heavy), at(state.p_expert, heavy)
-        grad_w = memory.grad_reduce_bytes(x.zero, job.grad_dtype)
-        unit = at(state.unit, heavy)
-        per_step, per_mb = comm.dp_traffic_time(comm.Group(cl, state.d_dense, x.tp), pd_h,
-                                                x.zero, grad_w, unit)
-        if model.is_moe:
-            ps_e, pm_e = comm.dp_traffic_time(comm.Group(cl, state.d_expert, x.tp * x.ep), pe_h,
-                                              x.zero, grad_w, unit)
-            per_step, per_mb = per_step + ps_e, per_mb + pm_e
-        t_dp = comm.dp_exposed_time(per_step, per_mb, m, x.zero, at(t.compute.forward, heavy),
-                                    at(t.compute.recompute, heavy), at(t.compute.backward, heavy),
-                                    cl.gpu.dp_overlap, job.grad_overlap)
-        shard = np.where(x.zero >= 1, pd_h / state.d_dense + pe_h / state.d_expert, pd_h + pe_h)
-        t_opt = compute.optimizer_time(cl.gpu, shard)
+        t_dp, t_opt = dp_and_optimizer_time(model, cl, job, x, t, state, heavy, at)
         dp_opt.append((np.where(present, t_dp, 0.0), np.where(present, t_opt, 0.0)))
     sums = np.stack([d + o for d, o in dp_opt], axis=1)
     worst = np.argmax(sums, axis=1)
