@@ -36,10 +36,9 @@ from planner.calibrate.fit import (
     apply_values,
     knobs_for,
     predict_step_times,
-    resolve_layout,
     stock_values,
+    timed_runs,
 )
-from planner.errors import PlannerError
 from planner.layout import Layout
 from planner.runs import MeasuredRun
 from planner.specs import GpuProfile
@@ -273,18 +272,7 @@ def few_shot_fit(profile: GpuProfile, runs: Sequence[MeasuredRun], *, stack: Any
 
     prior = prior or FewShotPrior.from_presets()
     base = stack.profile_for(profile) if stack is not None else profile
-    notes: list[str] = []
-    if layouts is None:
-        layouts = [None if r.oom else resolve_layout(r, base) for r in runs]
-    kept_runs = [(r, lay) for r, lay in zip(runs, layouts, strict=True)
-                 if not r.oom and lay is not None and r.measured_step_time_s]
-    if len(kept_runs) < len(runs):
-        notes.append(f"{len(runs) - len(kept_runs)} run(s) left out (OOM labels or no layout)")
-    if not kept_runs:
-        raise PlannerError("no run with a measured step time to calibrate on")
-    fit_runs = [r for r, _ in kept_runs]
-    fit_layouts = [lay for _, lay in kept_runs]
-    measured = np.array([r.measured_step_time_s for r in fit_runs], dtype=float)
+    fit_runs, fit_layouts, measured, notes = timed_runs(base, runs, layouts)
     knobs = _candidate_knobs(base, prior)
     stock = stock_values(base)
     theta0 = {k.name: _to_theta(k, stock[k.name]) for k in knobs}

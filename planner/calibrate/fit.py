@@ -327,14 +327,12 @@ def _cv_folds(n: int, max_loo: int) -> tuple[list[np.ndarray], str]:
     return [np.arange(n)[i::k] for i in range(k)], f"{k}-fold"
 
 
-def calibrate(profile: GpuProfile, runs: Sequence[MeasuredRun], *,
-              layouts: Sequence[Layout | None] | None = None, names: Sequence[str] | None = None,
-              cross_validate: bool = True, max_loo: int = 40,
-              predict: Predictor = predict_step_times) -> FitResult:
-    """Fit `profile` to the measured step times of `runs` (OOM labels and runs whose layout is
-    unknown and unresolvable are left out, with a note). `layouts` (one per run) skips the search
-    for runs whose knobs are incomplete. Cross-validation refits without each held-out run (or
-    fold) and predicts it."""
+def timed_runs(profile: GpuProfile, runs: Sequence[MeasuredRun],
+               layouts: Sequence[Layout | None] | None = None,
+               ) -> tuple[list[MeasuredRun], list[Layout], np.ndarray, list[str]]:
+    """The runs a fit can use: (runs, their layouts, measured step times s, notes). OOM labels
+    and runs whose layout is unknown and unresolvable on `profile` are left out with a note;
+    PlannerError when none is left."""
     notes: list[str] = []
     if layouts is None:
         layouts = [None if r.oom else resolve_layout(r, profile) for r in runs]
@@ -347,6 +345,18 @@ def calibrate(profile: GpuProfile, runs: Sequence[MeasuredRun], *,
     fit_runs = [r for r, _ in kept]
     fit_layouts = [lay for _, lay in kept]
     measured = np.array([r.measured_step_time_s for r in fit_runs], dtype=float)
+    return fit_runs, fit_layouts, measured, notes
+
+
+def calibrate(profile: GpuProfile, runs: Sequence[MeasuredRun], *,
+              layouts: Sequence[Layout | None] | None = None, names: Sequence[str] | None = None,
+              cross_validate: bool = True, max_loo: int = 40,
+              predict: Predictor = predict_step_times) -> FitResult:
+    """Fit `profile` to the measured step times of `runs` (OOM labels and runs whose layout is
+    unknown and unresolvable are left out, with a note). `layouts` (one per run) skips the search
+    for runs whose knobs are incomplete. Cross-validation refits without each held-out run (or
+    fold) and predicts it."""
+    fit_runs, fit_layouts, measured, notes = timed_runs(profile, runs, layouts)
     pred_before = predict(profile, fit_runs, fit_layouts)
     values, fitted = fit_values(profile, fit_runs, fit_layouts, measured, names, predict)
     new = apply_values(profile, values)
