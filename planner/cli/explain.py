@@ -122,6 +122,21 @@ def write_figures(model_spec: Any, cluster_spec: Any, job: Any, plan: Any, ranke
     return out
 
 
+def _inputs(model: str, cluster: str, profile: Any, seq_len: int | None,
+            global_batch: int | None, stack: str | None, recipe: tuple, knobs: dict[str, Any],
+            run: tuple, lr: tuple) -> tuple:
+    """(model, cluster, job, pins, run inputs) of explain and report, as solve resolves them:
+    the stack's recipe (typed recipe flags win), its efficiency factors and layout pins."""
+    from planner.stacks import resolve_stack
+
+    model_spec, cluster_spec, job = load_inputs(model, cluster, profile, seq_len, global_batch,
+                                                *recipe, stack=stack)
+    run_in = run_inputs(*run)
+    check_lr_options(*lr)
+    pins = stack_pins(resolve_stack(stack), layout_pins(**knobs))
+    return model_spec, cluster_spec, job, pins, run_in
+
+
 @app.command("explain")
 def explain_cmd(
     model: ModelOpt,
@@ -160,17 +175,13 @@ def explain_cmd(
     (re-estimated), and why its neighbours in the ranking lose."""
     from planner.explain import explain
     from planner.report import run_note_lines
-    from planner.stacks import resolve_stack
-
-    preset = resolve_stack(stack)
-    model_spec, cluster_spec, job = load_inputs(
-        model, cluster, profile, seq_len, global_batch, precision, attention, grad_dtype,
-        tp_comm_overlap, p2p_overlap, stack=stack,
-    )
-    run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
-    check_lr_options(ref_lr, ref_batch)
-    pins = stack_pins(preset, layout_pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs,
-                                          zero=zero, recompute=recompute, sp=sp))
+    model_spec, cluster_spec, job, pins, run_in = _inputs(
+        model, cluster, profile, seq_len, global_batch, stack,
+        recipe=(precision, attention, grad_dtype, tp_comm_overlap, p2p_overlap),
+        knobs=dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero,
+                   recompute=recompute, sp=sp),
+        run=(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s),
+        lr=(ref_lr, ref_batch))
     plan, ranked = resolve_plan(model_spec, cluster_spec, job, pins, rank, 10)
     plan = with_runs([plan], model_spec, cluster_spec, run_in)[0]
     exp = explain(model_spec, cluster_spec, job, plan, ranked)
@@ -246,17 +257,13 @@ def report_cmd(
 
     if html.suffix.lower() not in (".html", ".htm"):
         raise SpecError(f"--html {html}: use a .html file name")
-    from planner.stacks import resolve_stack
-
-    preset = resolve_stack(stack)
-    model_spec, cluster_spec, job = load_inputs(
-        model, cluster, profile, seq_len, global_batch, precision, attention, grad_dtype,
-        tp_comm_overlap, p2p_overlap, stack=stack,
-    )
-    run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
-    check_lr_options(ref_lr, ref_batch)
-    pins = stack_pins(preset, layout_pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs,
-                                          zero=zero, recompute=recompute, sp=sp))
+    model_spec, cluster_spec, job, pins, run_in = _inputs(
+        model, cluster, profile, seq_len, global_batch, stack,
+        recipe=(precision, attention, grad_dtype, tp_comm_overlap, p2p_overlap),
+        knobs=dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero,
+                   recompute=recompute, sp=sp),
+        run=(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s),
+        lr=(ref_lr, ref_batch))
     ranked = solve(model_spec, cluster_spec, job, pins, top_k=max(top, PARETO_PLANS))
     ranked = with_runs(ranked, model_spec, cluster_spec, run_in)
     winner = ranked[0]
