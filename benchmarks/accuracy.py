@@ -31,15 +31,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from planner.calibrate.fit import apply_values, calibrate, knobs_for
+from planner.calibrate.fit import calibrate
 from planner.costmodel.memory import MEM_REL_ERROR
 from planner.errors import InfeasibleError, PlannerError, SpecError
 from planner.layout import Layout
+from planner.measured.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table
 from planner.plan import TIME_COLUMNS
 from planner.progress import track
 from planner.registry import builtin_gpus, load_gpu
-from planner.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table
 from planner.specs import GpuProfile
+from planner.specs.adjust import apply_values, knobs_for
 
 # The stock profiles are set from the recent, flash-attention-era sources (NVIDIA's DGX Cloud
 # benchmarks, llm-foundry's MPT table); BLOOM (2022 Megatron-DeepSpeed, no flash attention),

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from planner.calibrate import calibrate, few_shot_fit, predict_step_times
+from planner.measured.runs import load_records
 from planner.registry import load_gpu
-from planner.runs import load_records
 
 ROOT = Path(__file__).resolve().parent.parent
 CALIBRATE_ON = (0, 3, 6, 8)  # dp2 z0, dp2 z3, pp2, tp2

@@ -62,12 +62,12 @@ from accuracy import (  # noqa: E402 - benchmarks/ is not a package
     _timed_by_gpu,
 )
 
-from planner.calibrate.bands import order_ties  # noqa: E402
 from planner.errors import PlannerError, SpecError  # noqa: E402
 from planner.layout import Layout  # noqa: E402
+from planner.measured.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table  # noqa: E402
 from planner.plan import Plan  # noqa: E402
 from planner.registry import load_gpu  # noqa: E402
-from planner.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table  # noqa: E402
+from planner.search.bands import order_ties  # noqa: E402
 from planner.specs import GpuProfile  # noqa: E402
 
 SWEEPS_DIR = PUBLISHED_RUNS_CSV.parent / "sweeps"
@@ -275,10 +275,10 @@ def stack_profile(group: Group, runs: Sequence[MeasuredRun], predictor: Predicto
 # ---- the closed loop, measurement injected -----------------------------------------------
 
 def choose(plans: Sequence[Plan], k: int) -> list[Plan]:
-    """The plans `solve --calibrate k` runs: planner.calibrate.loop.closed_loop validates
+    """The plans `solve --calibrate k` runs: planner.validate.loop.closed_loop validates
     choose_calibration_plans' choice (the first plan, then the tied plans that differ most in
     their time-term shares)."""
-    from planner.calibrate.loop import choose_calibration_plans
+    from planner.calibrate.choose import choose_calibration_plans
 
     return choose_calibration_plans(plans, k)
 

@@ -14,11 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from planner.layout import Layout
+from planner.layout import KNOBS, RECOMPUTE_LEVELS, Layout
 from planner.plan import MEM_COLUMNS, TIME_COLUMNS, Plan
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
-KNOBS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp")
 # Memory within this fraction of the usable capacity is called binding: an allocator's
 # fragmentation alone moves peaks by a few percent (the profiles' reserve holds 2.3% of HBM
 # of slack, docs/hardware.md 3.5), so a plan this close has no room for a longer sequence or
@@ -173,7 +172,7 @@ def neighbour_layouts(lo: Layout, num_gpus: int) -> list[tuple[str, Layout]]:
             if "vpp" not in kw and new.vpp > 1:  # a new pp may not admit the old vpp
                 out.append((what + ", vpp 1", replace(new, vpp=1)))
 
-    for r in ("none", "selective", "full", "offload"):
+    for r in RECOMPUTE_LEVELS:
         add(f"recompute {lo.recompute} -> {r}", recompute=r)
     for z in range(4):
         add(f"zero {lo.zero} -> {z}", zero=z)

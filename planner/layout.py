@@ -15,14 +15,26 @@ mesh_dim_names ("pp", "dp", "cp", "tp"), outermost first, which is this order.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Literal, get_args
+
+from planner.errors import LayoutError
 
 # offload: nothing recomputed, every layer's activations copied to host memory in forward and
 # back in backward (Megatron-Core cpu_offloading; torch.autograd.graph.save_on_cpu in validate)
 Recompute = Literal["none", "selective", "full", "offload"]
 RECOMPUTE_CODES: dict[str, str] = {
     "none": "none", "selective": "sel", "full": "full", "offload": "offload"}
+RECOMPUTE_LEVELS: tuple[str, ...] = get_args(Recompute)  # in this order: codes 0..3 in the search
 MESH_DIM_NAMES = ("pp", "dp", "cp", "tp")  # outermost first, see the module docstring
+# The knobs of a layout, in this order everywhere (search columns, plan rows, runs tables): the
+# fields of Layout before the per-stage ones
+KNOBS: tuple[str, ...] = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp")
+# What a knob the user did not give is (estimate, explain --tp/--pp, validate, a launcher config
+# that leaves it out: default_layout). Layout()'s own field defaults are the bare layout (ZeRO 0,
+# no recompute, no SP): what a layout *is* when a knob is absent, as the runs tables and tests
+# build it; these are what a user *gets* when they do not say.
+DEFAULT_ZERO = 1  # Megatron's distributed optimizer: the common large-model default
+DEFAULT_RECOMPUTE = "selective"  # Korthikanti 2022: selective + SP is Megatron's recommended mode
 
 
 @dataclass(frozen=True, order=True)
@@ -39,8 +51,8 @@ class Layout:
     zero: int = 0  # 0..3: ZeRO stage / FSDP sharding over DP
     recompute: Recompute = "none"
     sp: bool = False  # sequence parallelism alongside TP
-    # layers per pipeline stage, first to last; () = the even rule (costmodel.pipeline.
-    # stage_layer_counts: floor/ceil, the extra layers to the inner stages first)
+    # layers per pipeline stage, first to last; () = the even rule (stage_layer_counts below:
+    # floor/ceil, the extra layers to the inner stages first)
     stage_layers: tuple[int, ...] = ()
     # GPU profile name of each pipeline stage on a cluster of pools; () = the cluster's one GPU
     stage_gpu: tuple[str, ...] = ()
@@ -87,9 +99,8 @@ class Layout:
         """Whether the stages hold what the even rule gives them (always for ())."""
         if not self.stage_layers:
             return True
-        from planner.costmodel.pipeline import stage_counts
-
-        return list(self.stage_layers) == stage_counts(sum(self.stage_layers), self.pp, self.vpp)
+        return list(self.stage_layers) == [
+            len(s) for s in stage_layers(sum(self.stage_layers), self.pp, self.vpp)]
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -99,6 +110,65 @@ class Layout:
         else:
             del out["stage_gpu"]  # one GPU kind: the plan names no per-stage GPU
         return out
+
+
+def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
+    """Layers per pipeline stage (or per model chunk) for an uneven split: every one gets
+    floor(L/pp); the L mod pp extra layers go first to the inner ones (1 .. pp-2), then to the
+    first, then to the last, because the first stage also holds the embedding and the most
+    in-flight micro-batches and the last holds the LM head. When pp divides L + 2 this is
+    Megatron's account_for_embedding/loss_in_pipeline_split (the embedding and the loss each
+    take one layer's slot: L = 126 on 16 stages gives 7, 8 x 14, 7)."""
+    base, extra = divmod(num_layers, pp)
+    counts = [base] * pp
+    order = list(range(1, pp - 1)) + [0] + ([pp - 1] if pp > 1 else [])
+    for stage in order[:extra]:
+        counts[stage] += 1
+    return counts
+
+
+def stage_layers(num_layers: int, pp: int, vpp: int) -> list[list[int]]:
+    """Layer indices held by each stage. vpp > 1 (interleaved): the model is cut into pp * vpp
+    contiguous chunks (split as stage_layer_counts does), chunk c on stage c mod pp (Megatron's
+    interleaving)."""
+    counts = stage_layer_counts(num_layers, pp * vpp)
+    stages: list[list[int]] = [[] for _ in range(pp)]
+    start = 0
+    for c, n in enumerate(counts):
+        stages[c % pp].extend(range(start, start + n))
+        start += n
+    return stages
+
+
+def default_layout(num_gpus: int, cluster_name: str, tp: int, pp: int, dp: int | None = None,
+                   cp: int | None = None, ep: int | None = None, vpp: int | None = None,
+                   mbs: int | None = None, zero: int | None = None, recompute=None,  # noqa: ANN001
+                   sp: bool | None = None) -> Layout:
+    """The layout `estimate` (and `explain` by pins, a launcher config) evaluates: the knobs
+    given, the rest at the defaults above (dp = GPUs / (tp pp cp), cp = ep = vpp = mbs = 1,
+    DEFAULT_ZERO, DEFAULT_RECOMPUTE, sp on when tp > 1; cli.estimate's ESTIMATE_HELP says it)."""
+    cp = cp or 1
+    if dp is None:
+        n = num_gpus
+        if n % (tp * pp * cp):
+            raise LayoutError(
+                f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp} does not divide the "
+                f"{n} GPUs of {cluster_name}; give degrees whose product is {n}"
+            )
+        dp = n // (tp * pp * cp)
+    return Layout(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=ep or 1,
+        vpp=vpp or 1,
+        mbs=mbs or 1,
+        zero=DEFAULT_ZERO if zero is None else zero,
+        recompute=getattr(recompute, "value", recompute) if recompute is not None
+        else DEFAULT_RECOMPUTE,
+        sp=(tp > 1) if sp is None else sp,
+    )
 
 
 def format_stage_layers(counts: tuple[int, ...] | list[int]) -> str:

@@ -1,5 +1,6 @@
 """Physical bounds on every size a user can give: one home, used by the pydantic schemas
-(planner.specs), the CLI options (planner.cli.options) and the runs-table rows (planner.runs).
+(planner.specs), the CLI options (planner.cli.options) and the runs-table rows
+(planner.measured.runs).
 
 A value past a bound is refused with the bound in its one-line error, before any array is
 built. Each bound sits one to two orders of magnitude above the largest real value of its kind
@@ -61,7 +62,7 @@ MAX_TIMEOUT_S = 7 * 86_400.0
 MAX_TOP = 10_000  # ranked plans printed or written
 MAX_STEPS = 1_000_000  # validate's measured / warm-up steps
 MAX_SEED = 2**32 - 1  # numpy's seed range (torch takes the same values)
-# The training run (planner.operations): Llama 3 trained on 15.6e12 tokens; 1e17 is 6,000x that.
+# The training run (planner.economics): Llama 3 trained on 15.6e12 tokens; 1e17 is 6,000x that.
 MAX_TRAIN_TOKENS = 1e17
 MAX_GPU_HOUR_PRICE = 1e4  # USD per GPU-hour; cloud H100s rent for 2-10
 MAX_PUE = 10.0  # power usage effectiveness: 1.1-1.6 in practice (Uptime Institute surveys)

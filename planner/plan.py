@@ -33,7 +33,7 @@ class Plan:
     layout: Layout
     estimate: Estimate
     rank: int = 0
-    run: Any = None  # planner.operations.RunCosts when the user gave --train-tokens
+    run: Any = None  # planner.economics.RunCosts when the user gave --train-tokens
     # its step-time band overlaps the fastest plan's (planner.search.ties); False for estimate
     tied_with_best: bool = False
 

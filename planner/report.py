@@ -220,26 +220,26 @@ def print_estimate(plan: Plan, console: Console) -> None:
 
 def run_note_lines(plan: Plan, inputs: Any, ref_lr: float | None,
                    ref_batch: float | None) -> list[str]:
-    """The training run of a plan (planner.operations) and the LR advice for its global batch,
+    """The training run of a plan (planner.economics) and the LR advice for its global batch,
     as lines; empty when neither was asked for."""
-    from planner import operations
+    from planner import economics
 
     lines: list[str] = []
     if plan.run is not None and inputs is not None:
         lines.append(f"training run of {plan.layout} on {inputs.train_tokens:.4g} tokens:")
-        lines += [f"  {s}" for s in operations.run_summary(plan.run, inputs)]
+        lines += [f"  {s}" for s in economics.run_summary(plan.run, inputs)]
     if ref_lr is not None and ref_batch is not None:
         e = plan.estimate
         steps = plan.run.steps if plan.run is not None else None
-        adv = operations.lr_advice(ref_lr, ref_batch, e.global_batch, steps, e.seq_len)
-        lines += operations.lr_lines(adv, ref_lr, ref_batch, e.global_batch)
+        adv = economics.lr_advice(ref_lr, ref_batch, e.global_batch, steps, e.seq_len)
+        lines += economics.lr_lines(adv, ref_lr, ref_batch, e.global_batch)
     return lines
 
 
 def print_run_notes(plan: Plan, inputs: Any, ref_lr: float | None, ref_batch: float | None,
                     console: Console) -> None:
     """Print run_note_lines (markup off: the lines hold brackets and dollar signs)."""
-    if inputs is None and ref_lr is None:  # nothing asked: planner.operations stays unloaded
+    if inputs is None and ref_lr is None:  # nothing asked: planner.economics stays unloaded
         return
     for line in run_note_lines(plan, inputs, ref_lr, ref_batch):
         console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import SpecError
 from planner.specs import GpuProfile, JobSpec
+from planner.specs.adjust import apply_values
 
 DEFAULT_STACK = "megatron-core"  # what a job that names no stack runs (the stock profiles' stack)
 
@@ -179,8 +180,6 @@ class StackPreset(BaseModel):
         f = self.factors
         if f.gemm_scale == 1.0 and f.layer_overhead_us is None:
             return profile
-        from planner.calibrate.fit import apply_values
-
         values: dict[str, float] = {"gemm_scale": f.gemm_scale, "fp8_gemm_scale": f.gemm_scale}
         if f.layer_overhead_us is not None:
             values["layer_overhead_us"] = max(f.layer_overhead_us, 0.0)

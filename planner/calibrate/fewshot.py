@@ -30,18 +30,15 @@ import numpy as np
 
 from planner.calibrate.fit import (
     FitResult,
-    Knob,
     _cv_folds,
     _with_provenance,
-    apply_values,
-    knobs_for,
     predict_step_times,
-    stock_values,
     timed_runs,
 )
 from planner.layout import Layout
-from planner.runs import MeasuredRun
+from planner.measured.runs import MeasuredRun
 from planner.specs import GpuProfile
+from planner.specs.adjust import Knob, apply_values, knobs_for, stock_values
 
 # The model's error floor on one run's log step time once a stack's own factors are fitted:
 # 1.4826 x the median absolute in-sample error the per-stack fits leave (docs/accuracy.md

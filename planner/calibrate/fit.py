@@ -10,146 +10,26 @@ run's prediction are frozen before the fit.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 import numpy as np
 
 from planner.errors import PlannerError
 from planner.layout import Layout
+from planner.measured.runs import MeasuredRun
 from planner.progress import track
-from planner.runs import MeasuredRun
-from planner.specs import Curve, GpuProfile
+from planner.specs import GpuProfile
+from planner.specs.adjust import Knob, apply_values, knobs_for, stock_values
 
 # soft-L1 switches from quadratic to linear at a 5% log error: one bad run (a noisy BLOOM
 # snapshot, a straggler) cannot drag the fit. Weight of the stock-value prior, in log-error units
 # per unit-box distance (moving a parameter across its whole range costs as much as 2% on one run).
 ROBUST_SCALE = 0.05
 PRIOR_WEIGHT = 0.02
-# layer_overhead_us is log-spaced from 1 us (a kernel launch, the smallest host cost a layer pass
-# can add) to 0.1 s; its floor stands for none, the stock profiles' value
-LAYER_OVERHEAD_FLOOR_US = 1.0
 SENSITIVITY_STEP = 0.25  # unit-box step (a quarter of the range) for the frozen-parameter test
 MIN_SENSITIVITY = 1e-4  # |d log t| below which a parameter does not move any run
-
-
-@dataclass(frozen=True)
-class Knob:
-    """One fitted parameter: bounds in its own unit, log-spaced or linear in the unit box."""
-
-    name: str
-    lo: float
-    hi: float
-    log: bool
-    doc: str
-
-    def to_value(self, u: float) -> float:
-        if self.log:
-            return math.exp(math.log(self.lo) + u * (math.log(self.hi) - math.log(self.lo)))
-        return self.lo + u * (self.hi - self.lo)
-
-    def to_unit(self, value: float) -> float:
-        value = min(max(value, self.lo), self.hi)
-        if self.log:
-            return (math.log(value) - math.log(self.lo)) / (math.log(self.hi) - math.log(self.lo))
-        return (value - self.lo) / (self.hi - self.lo)
-
-
-def knobs_for(profile: GpuProfile) -> list[Knob]:
-    """The fittable parameters of `profile` and their physical bounds."""
-    top_gemm = max(y for _, y in profile.gemm_efficiency.points)
-    knobs = [
-        Knob("gemm_scale", 0.1, 1.0 / top_gemm, True,
-             "factor on the GEMM efficiency curve (capped so no point exceeds 1)"),
-        Knob("gemm_size_log2", -8.0, 8.0, False,
-             "size dependence: the curve's x moves by 2^k FLOP (k > 0: bigger GEMMs needed)"),
-        Knob("attention_efficiency", 0.05, 1.0, True,
-             "fraction of peak for flash (FlashAttention-2 class) attention"),
-        Knob("fused_attention_efficiency", 0.05, 1.0, True,
-             "fraction of peak for cuDNN / FlashAttention-3 class attention (attention=cudnn)"),
-        Knob("hbm_efficiency", 0.2, 1.0, True, "achieved fraction of the HBM spec"),
-        Knob("intra_bw_scale", 0.02, 2.0, True, "factor on the scale-up busbw curve"),
-        Knob("intra_size_log2", -6.0, 12.0, False,
-             "latency of the scale-up tier: its busbw curve's x moves by 2^k bytes (k > 0: "
-             "bigger messages needed for the same bandwidth, a larger fixed cost per call)"),
-        Knob("intra_latency_us", 0.1, 2e4, True, "scale-up per-step latency, us (ms on gloo)"),
-        Knob("intra_base_latency_us", 1.0, 1e5, True,
-             "scale-up fixed cost per collective call, us (large for gloo on CPUs)"),
-        Knob("inter_bw_scale", 0.02, 2.0, True, "factor on the scale-out busbw curve"),
-        Knob("inter_size_log2", -6.0, 12.0, False,
-             "latency of the scale-out tier: its busbw curve's x moves by 2^k bytes"),
-        Knob("inter_latency_us", 0.1, 2e4, True, "scale-out per-step latency, us"),
-        Knob("inter_base_latency_us", 1.0, 1e5, True,
-             "scale-out fixed cost per collective call, us"),
-        Knob("dp_overlap", 0.0, 1.0, False, "fraction of DP communication hidden by backward"),
-        Knob("step_overhead_s", 0.0, 30.0, False, "fixed per-step overhead, s"),
-        Knob("layer_overhead_us", LAYER_OVERHEAD_FLOOR_US, 1e5, True,
-             "host time per layer per micro-batch pass (launches, dispatch), us; the floor "
-             "(1 us) means none"),
-    ]
-    if profile.fp8_gemm_efficiency is not None:
-        top8 = max(y for _, y in profile.fp8_gemm_efficiency.points)
-        knobs.insert(1, Knob("fp8_gemm_scale", 0.1, 1.0 / top8, True,
-                             "factor on the FP8 GEMM efficiency curve"))
-    return knobs
-
-
-def stock_values(profile: GpuProfile) -> dict[str, float]:
-    """The knob values that reproduce `profile` unchanged."""
-    return {
-        "gemm_scale": 1.0, "fp8_gemm_scale": 1.0, "gemm_size_log2": 0.0,
-        "attention_efficiency": min(profile.attention_efficiency, 1.0),
-        "fused_attention_efficiency": min(
-            profile.fused_attention_efficiency or profile.attention_efficiency, 1.0),
-        "hbm_efficiency": profile.hbm_efficiency,
-        "intra_bw_scale": 1.0, "intra_size_log2": 0.0, "inter_size_log2": 0.0,
-        "intra_latency_us": profile.intra_node.latency_us,
-        "inter_bw_scale": 1.0, "inter_latency_us": profile.inter_node.latency_us,
-        "intra_base_latency_us": profile.intra_node.base_latency_us,
-        "inter_base_latency_us": profile.inter_node.base_latency_us,
-        "dp_overlap": profile.dp_overlap, "step_overhead_s": profile.step_overhead_s,
-        "layer_overhead_us": profile.layer_overhead_us,
-    }
-
-
-def _scaled(curve: Curve, y_factor: float, x_factor: float = 1.0,
-            cap: float | None = None) -> Curve:
-    points = [(x * x_factor, y * y_factor if cap is None else min(cap, y * y_factor))
-              for x, y in curve.points]
-    return Curve(points=points, source=curve.source)
-
-
-def apply_values(profile: GpuProfile, values: dict[str, float]) -> GpuProfile:
-    """`profile` with the knob values applied (missing knobs keep the profile's value)."""
-    v = {**stock_values(profile), **values}
-    size = 2.0 ** v["gemm_size_log2"]
-    update: dict[str, Any] = {
-        "gemm_efficiency": _scaled(profile.gemm_efficiency, v["gemm_scale"], size, cap=1.0),
-        "attention_efficiency": v["attention_efficiency"],
-        "fused_attention_efficiency": v["fused_attention_efficiency"],
-        "hbm_efficiency": v["hbm_efficiency"],
-        "dp_overlap": v["dp_overlap"],
-        "step_overhead_s": v["step_overhead_s"],
-        "layer_overhead_us": (v["layer_overhead_us"]
-                              if v["layer_overhead_us"] > LAYER_OVERHEAD_FLOOR_US else 0.0),
-        "intra_node": profile.intra_node.model_copy(update={
-            "busbw_gb_per_s": _scaled(profile.intra_node.busbw_gb_per_s, v["intra_bw_scale"],
-                                      2.0 ** v["intra_size_log2"]),
-            "latency_us": v["intra_latency_us"],
-            "base_latency_us": v["intra_base_latency_us"]}),
-        "inter_node": profile.inter_node.model_copy(update={
-            "busbw_gb_per_s": _scaled(profile.inter_node.busbw_gb_per_s, v["inter_bw_scale"],
-                                      2.0 ** v["inter_size_log2"]),
-            "latency_us": v["inter_latency_us"],
-            "base_latency_us": v["inter_base_latency_us"]}),
-    }
-    if profile.fp8_gemm_efficiency is not None:
-        update["fp8_gemm_efficiency"] = _scaled(profile.fp8_gemm_efficiency, v["fp8_gemm_scale"],
-                                                size, cap=1.0)
-    return profile.model_copy(update=update)
 
 
 # ---- predictions --------------------------------------------------------------------------------
@@ -161,7 +41,7 @@ def predict_step_times(profile: GpuProfile, runs: Sequence[MeasuredRun],
                        layouts: Sequence[Layout]) -> np.ndarray:
     """Cost-model step time (s) of each run's layout on `profile`, one estimate_batch call per
     (model, cluster shape, job) group (runs share a group when they share the ModelSpec object;
-    planner.runs interns equal specs)."""
+    planner.measured.runs interns equal specs)."""
     from planner.costmodel import estimate_batch
 
     out = np.empty(len(runs))

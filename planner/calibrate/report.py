@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from planner.calibrate.fit import FitResult
-from planner.runs import Skipped
+from planner.measured.runs import Skipped
 
 
 def error_stats(err: np.ndarray | None) -> dict[str, float] | None:

@@ -15,7 +15,7 @@ import numpy as np
 
 from planner.calibrate.fit import ROBUST_SCALE, predict_step_times
 from planner.layout import Layout
-from planner.runs import MeasuredRun
+from planner.measured.runs import MeasuredRun
 
 GEMM_SCALE_BOUNDS = (0.3, 2.0)  # a stack 3x slower or 2x faster than the stock profiles' GEMMs
 LAYER_OVERHEAD_MAX_US = 2e4  # 20 ms per layer pass: beyond any host overhead in the table

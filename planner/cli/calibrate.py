@@ -12,7 +12,7 @@ toward the preset (planner.calibrate.fewshot); it says which knobs it kept and w
 fits exactly those knobs instead (robust least squares, planner.calibrate.fit).
 
 --runs (repeatable) takes the JSON-lines records of `planner validate`, a CSV with the columns of
-published_runs.csv, or a Megatron-LM / NeMo / torchtitan training log (planner.launchers.logs:
+published_runs.csv, or a Megatron-LM / NeMo / torchtitan training log (planner.measured.logs:
 layout and model from the log, the median of its steady steps, predicted on --profile's GPU).
 Prints the step-time error per run and overall,
 before and after the fit and cross-validated, and writes the fitted profile atomically.
@@ -63,9 +63,9 @@ def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitO
     from planner.calibrate.report import fit_summary, print_fit
     from planner.errors import SpecError
     from planner.io import write_text_atomic
+    from planner.measured.runs import load_runs
     from planner.progress import hidden, progress
     from planner.registry import load_gpu
-    from planner.runs import load_runs
 
     if plot is not None and plot.suffix.lower() not in (".png", ".svg"):
         raise SpecError(f"--plot {plot}: use a .png or .svg file name")

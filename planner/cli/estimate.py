@@ -16,7 +16,7 @@ import dataclasses
 
 import typer
 
-from planner.cli.launch import ConfigOpt, MaybeClusterOpt, MaybeModelOpt, inputs
+from planner.cli.launcher_options import ConfigOpt, MaybeClusterOpt, MaybeModelOpt, inputs
 from planner.cli.options import (
     AttentionOpt,
     CpOpt,
@@ -56,11 +56,7 @@ from planner.cli.options import (
 )
 from planner.cli.typer_app import app
 from planner.errors import LayoutError
-from planner.layout import Layout
-
-DEFAULT_ZERO = 1  # Megatron's distributed optimizer: the common large-model default
-DEFAULT_RECOMPUTE = "selective"  # Korthikanti 2022: selective + SP is Megatron's recommended mode
-
+from planner.layout import default_layout
 
 ESTIMATE_HELP = (
     "Predict step time, throughput, MFU and the memory of the most loaded GPU for one layout.\n\n"
@@ -146,7 +142,7 @@ def estimate_cmd(
     if isinstance(cluster_spec, PooledCluster):
         from planner.costmodel.pools import estimate_pooled
 
-        plan = estimate_pooled(model_spec, cluster_spec, job, layout)
+        plan = Plan(*estimate_pooled(model_spec, cluster_spec, job, layout))
     else:
         est = estimate(model_spec, cluster_spec, job, layout)
         plan = Plan(layout=with_stage_layers(layout, model_spec.num_hidden_layers), estimate=est)
@@ -179,33 +175,3 @@ def estimate_cmd(
     report.print_run_notes(plan, run_in, ref_lr, ref_batch, console)
     if csv is not None:
         console.print(f"wrote {csv}")
-
-
-def default_layout(num_gpus: int, cluster_name: str, tp: int, pp: int, dp: int | None = None,
-                   cp: int | None = None, ep: int | None = None, vpp: int | None = None,
-                   mbs: int | None = None, zero: int | None = None, recompute=None,  # noqa: ANN001
-                   sp: bool | None = None) -> Layout:
-    """The layout `estimate` (and `explain` by pins) evaluates: the knobs given, the rest at
-    the defaults of ESTIMATE_HELP."""
-    cp = cp or 1
-    if dp is None:
-        n = num_gpus
-        if n % (tp * pp * cp):
-            raise LayoutError(
-                f"tp*pp*cp = {tp}*{pp}*{cp} = {tp * pp * cp} does not divide the "
-                f"{n} GPUs of {cluster_name}; give degrees whose product is {n}"
-            )
-        dp = n // (tp * pp * cp)
-    return Layout(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=cp,
-        ep=ep or 1,
-        vpp=vpp or 1,
-        mbs=mbs or 1,
-        zero=DEFAULT_ZERO if zero is None else zero,
-        recompute=getattr(recompute, "value", recompute) if recompute is not None
-        else DEFAULT_RECOMPUTE,
-        sp=(tp > 1) if sp is None else sp,
-    )

@@ -92,7 +92,7 @@ def resolve_plan(model_spec: Any, cluster_spec: Any, job: Any, pins: dict[str, A
         return ranked[rank - 1], ranked
     if "tp" not in pins or "pp" not in pins:
         raise LayoutError("explain needs --rank N, or --tp and --pp (and any other pins)")
-    from planner.cli.estimate import default_layout
+    from planner.layout import default_layout
 
     layout = default_layout(cluster_spec.num_gpus, str(cluster_spec), **pins)
     plan = Plan(layout=layout, estimate=estimate(model_spec, cluster_spec, job, layout))

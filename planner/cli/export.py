@@ -17,7 +17,7 @@ import sys
 
 import typer
 
-from planner.cli.launch import (
+from planner.cli.launcher_options import (
     ConfigOpt,
     MaybeClusterOpt,
     MaybeModelOpt,
@@ -86,10 +86,9 @@ def export_cmd(
     """Write a plan as a launcher's own configuration (plan --rank N of the ranking, or the
     layout every knob of which is pinned, or the --config's layout converted)."""
     from planner.costmodel import estimate
-    from planner.layout import Layout
+    from planner.layout import KNOBS, Layout
     from planner.plan import Plan
     from planner.search import solve
-    from planner.search.problem import KNOBS
     from planner.stacks import resolve_stack
 
     pins = stack_pins(resolve_stack(stack), layout_pins(

@@ -290,7 +290,7 @@ def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | N
     return model_spec, cluster_spec, job
 
 
-# ---- the training run (planner.operations): time, cost, energy, checkpoints, LR ----------
+# ---- the training run (planner.economics): time, cost, energy, checkpoints, LR ----------
 TrainTokensOpt = Annotated[
     float | None,
     typer.Option("--train-tokens", min=1, max=limits.MAX_TRAIN_TOKENS, callback=finite,
@@ -336,8 +336,8 @@ RefBatchOpt = Annotated[
 def run_inputs(train_tokens: float | None, price: float | None, pue: float | None,
                mtbf: float | None, storage: float | None):
     """RunInputs from the options, None without --train-tokens (the others need it)."""
+    from planner.economics import RunInputs
     from planner.errors import SpecError
-    from planner.operations import RunInputs
 
     if train_tokens is None:
         if any(v is not None for v in (price, pue, mtbf, storage)):
@@ -355,7 +355,7 @@ def with_runs(plans, model, cluster, inputs):  # noqa: ANN001, ANN201
         return plans
     from dataclasses import replace
 
-    from planner.operations import training_run
+    from planner.economics import training_run
 
     return [replace(p, run=training_run(p, model, cluster, inputs)) for p in plans]
 

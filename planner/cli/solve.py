@@ -21,7 +21,7 @@ from typing import Annotated
 import typer
 
 from planner import limits
-from planner.cli.launch import (
+from planner.cli.launcher_options import (
     ConfigOpt,
     ExportOpt,
     MaybeClusterOpt,
@@ -187,9 +187,9 @@ def solve_cmd(
     elif calibrate is not None:
         from contextlib import nullcontext
 
-        from planner.calibrate import closed_loop
         from planner.interrupts import raise_on_signals
         from planner.progress import hidden
+        from planner.validate.loop import closed_loop
 
         # SIGTERM/SIGINT/SIGHUP: the run in flight ends with its record, exit 128 + signal
         with raise_on_signals(), (hidden() if as_json else nullcontext()):
@@ -199,7 +199,7 @@ def solve_cmd(
         plans = loop.plans_after
         tied_total = sum(p.tied_with_best for p in plans)
     elif resolved is not None:
-        from planner.launchers.solve_config import compare_config
+        from planner.cli.solve_config import compare_config
 
         plans, comparison = compare_config(model_spec, cluster_spec, job, pins, current_pins,
                                            top)
@@ -221,7 +221,7 @@ def solve_cmd(
         if comparison is None:
             typer.echo(report.plans_json(plans))
         else:
-            from planner.launchers.solve_config import comparison_json
+            from planner.cli.solve_config import comparison_json
 
             typer.echo(comparison_json(plans, comparison))
         return
@@ -257,7 +257,7 @@ def solve_cmd(
             "lower memory (docs/ranking.md)"
         )
     if comparison is not None:
-        from planner.launchers.compare import describe
+        from planner.search.compare import describe
 
         for line in describe(comparison):
             console.print(line)

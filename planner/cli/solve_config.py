@@ -5,17 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from planner.launchers.compare import Comparison, compare
-from planner.layout import Layout
+from planner.layout import KNOBS, Layout, default_layout
+from planner.search.compare import Comparison, compare
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 
 def current_layout(pins: dict[str, Any], num_gpus: int) -> Layout:
     """The config's layout; knobs it leaves out take `planner estimate`'s defaults (one home:
-    planner.cli.estimate.default_layout)."""
-    from planner.cli.estimate import default_layout
-
-    rest = {k: pins.get(k) for k in ("dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp")}
+    planner.layout.default_layout)."""
+    rest = {k: pins.get(k) for k in KNOBS if k not in ("tp", "pp")}
     return default_layout(num_gpus, f"{num_gpus} GPUs", tp=pins.get("tp", 1),
                           pp=pins.get("pp", 1), **rest)
 

@@ -15,6 +15,7 @@ shows the steps as a progress bar.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -101,9 +102,8 @@ def validate_cmd(
     """Run a layout for real under torchrun and append the measured record to --out."""
     from rich.console import Console
 
-    from planner.cli.estimate import DEFAULT_RECOMPUTE, DEFAULT_ZERO
     from planner.errors import SpecError
-    from planner.layout import Layout
+    from planner.layout import default_layout
     from planner.registry import load_gpu, load_model
     from planner.specs import JobSpec
     from planner.stacks import resolve_stack
@@ -116,13 +116,9 @@ def validate_cmd(
                                                     kv_heads=kv_heads, ffn=ffn, vocab=vocab))
     counts = parse_stage_layers(stage_layers)
     tp, pp, dp = tp or 1, pp or len(counts) or 1, dp or 1
-    layout = Layout(
-        tp=tp, pp=pp, dp=dp, cp=cp or 1, ep=ep or 1, vpp=vpp or 1, mbs=mbs or 1,
-        zero=DEFAULT_ZERO if zero is None else zero,
-        recompute=recompute.value if recompute is not None else DEFAULT_RECOMPUTE,
-        sp=(tp > 1) if sp is None else sp,
-        stage_layers=counts,
-    )
+    layout = dataclasses.replace(  # dp given (1 when not): the knobs left out at their defaults
+        default_layout(0, "", tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero,
+                       recompute=recompute, sp=sp), stage_layers=counts)
     preset = resolve_stack(stack)  # the prediction's recipe and factors; the record names it
     job = preset.job(JobSpec(seq_len=seq_len or spec.seq_len,
                              global_batch=global_batch or spec.global_batch), stack or "")

@@ -30,11 +30,10 @@ from typing import Any
 import numpy as np
 
 from planner.costmodel import comm, compute, memory, pipeline
-from planner.layout import Layout
+from planner.layout import KNOBS, RECOMPUTE_LEVELS, Layout
 from planner.specs import GIB, ClusterSpec, JobSpec, ModelSpec
 
-RECOMPUTE_INDEX = {"none": 0, "selective": 1, "full": 2, "offload": 3}
-LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp")
+RECOMPUTE_INDEX = {r: i for i, r in enumerate(RECOMPUTE_LEVELS)}
 
 _STAGE_CACHE: dict[tuple, tuple[ModelSpec, pipeline.StageFeatures]] = {}
 
@@ -56,7 +55,7 @@ def layout_arrays(layouts: Sequence[Layout] | Mapping[str, Any]) -> dict[str, np
     """Layouts -> one int array per knob (recompute as 0/1/2, sp as bool). A mapping of arrays
     (the search's own columns) is accepted as is, recompute given as codes or names."""
     if isinstance(layouts, Mapping):
-        out = {k: np.asarray(layouts[k]) for k in LAYOUT_FIELDS}
+        out = {k: np.asarray(layouts[k]) for k in KNOBS}
         if out["recompute"].dtype.kind in "UO":
             out["recompute"] = np.vectorize(RECOMPUTE_INDEX.__getitem__, otypes=[int])(
                 out["recompute"]
@@ -83,8 +82,8 @@ def layout_arrays(layouts: Sequence[Layout] | Mapping[str, Any]) -> dict[str, np
             for lo in layouts
         ],
         dtype=np.int64,
-    ).reshape(-1, len(LAYOUT_FIELDS))
-    out = {k: rows[:, i] for i, k in enumerate(LAYOUT_FIELDS)}
+    ).reshape(-1, len(KNOBS))
+    out = {k: rows[:, i] for i, k in enumerate(KNOBS)}
     out["sp"] = out["sp"].astype(bool)
     if any(lo.stage_layers for lo in layouts):
         out["stage_layers"] = _split_column([lo.stage_layers for lo in layouts])

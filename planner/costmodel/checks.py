@@ -5,7 +5,7 @@ the search leaves it out unless asked (tp_allowed's across_domains)."""
 
 from __future__ import annotations
 
-from planner.layout import Layout
+from planner.layout import RECOMPUTE_LEVELS, Layout
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 
@@ -93,7 +93,7 @@ def layout_violations(
         return out
     if lo.zero not in (0, 1, 2, 3):
         out.append(f"zero={lo.zero} must be 0, 1, 2 or 3")
-    if lo.recompute not in ("none", "selective", "full", "offload"):
+    if lo.recompute not in RECOMPUTE_LEVELS:
         out.append(f"recompute='{lo.recompute}' must be none, selective, full or offload")
     if lo.recompute == "offload" and not offload_allowed(cluster):
         out.append(f"recompute='offload' needs a host link in the GPU profile "

@@ -14,6 +14,7 @@ from typing import Literal
 
 import numpy as np
 
+from planner.layout import stage_layer_counts, stage_layers  # noqa: F401 - the even rule, with Layout
 from planner.specs import ModelSpec
 
 Schedule = Literal["1f1b", "gpipe"]
@@ -36,34 +37,6 @@ class StageFeatures:
     p_expert: np.ndarray  # routed-expert parameters on the stage (all EP x TP ranks together)
     max_layer_params: np.ndarray  # non-expert params of the stage's largest layer (ZeRO-3 unit)
     max_layer_experts: np.ndarray  # routed-expert params of its largest MoE layer
-
-
-def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
-    """Layers per pipeline stage (or per model chunk) for an uneven split: every one gets
-    floor(L/pp); the L mod pp extra layers go first to the inner ones (1 .. pp-2), then to the
-    first, then to the last, because the first stage also holds the embedding and the most
-    in-flight micro-batches and the last holds the LM head. When pp divides L + 2 this is
-    Megatron's account_for_embedding/loss_in_pipeline_split (the embedding and the loss each
-    take one layer's slot: L = 126 on 16 stages gives 7, 8 x 14, 7)."""
-    base, extra = divmod(num_layers, pp)
-    counts = [base] * pp
-    order = list(range(1, pp - 1)) + [0] + ([pp - 1] if pp > 1 else [])
-    for stage in order[:extra]:
-        counts[stage] += 1
-    return counts
-
-
-def stage_layers(num_layers: int, pp: int, vpp: int) -> list[list[int]]:
-    """Layer indices held by each stage. vpp > 1 (interleaved): the model is cut into pp * vpp
-    contiguous chunks (split as stage_layer_counts does), chunk c on stage c mod pp (Megatron's
-    interleaving)."""
-    counts = stage_layer_counts(num_layers, pp * vpp)
-    stages: list[list[int]] = [[] for _ in range(pp)]
-    start = 0
-    for c, n in enumerate(counts):
-        stages[c % pp].extend(range(start, start + n))
-        start += n
-    return stages
 
 
 def split_layers(counts: Sequence[int]) -> list[list[int]]:

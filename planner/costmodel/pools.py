@@ -184,15 +184,14 @@ def estimate_pooled_batch(
 
 
 def estimate_pooled(model: ModelSpec, pooled: PooledCluster, job: JobSpec, layout: Layout,
-                    order: Sequence[int] | None = None) -> Any:
-    """One layout on the pools (in the cluster's order unless `order`): a Plan whose layout
-    names each stage's layers and GPU; LayoutError when it cannot be placed."""
+                    order: Sequence[int] | None = None) -> tuple[Layout, Any]:
+    """One layout on the pools (in the cluster's order unless `order`): (the layout naming each
+    stage's layers and GPU, its Estimate); LayoutError when it cannot be placed."""
     from dataclasses import replace
 
     from planner.costmodel import Estimate
     from planner.costmodel.checks import layout_violations
     from planner.errors import LayoutError
-    from planner.plan import Plan
 
     order = tuple(range(len(pooled.pools))) if order is None else tuple(order)
     width = layout.tp * layout.cp * layout.dp
@@ -220,4 +219,4 @@ def estimate_pooled(model: ModelSpec, pooled: PooledCluster, job: JobSpec, layou
     if problems:
         raise LayoutError(f"layout {placed} is invalid: " + "; ".join(problems))
     cols = estimate_pooled_batch(model, pooled, job, [placed], order)
-    return Plan(placed, Estimate.from_batch(cols, 0))
+    return placed, Estimate.from_batch(cols, 0)

@@ -1,6 +1,6 @@
 """Speak the launchers' language: export a plan as Megatron-LM, NeMo / Megatron-Bridge,
 torchtitan or DeepSpeed configuration, read such a configuration back (`--config`), and read
-their training logs (planner.launchers.logs).
+their training logs (planner.measured.logs).
 
     export_plan("megatron", LaunchPlan(model, cluster, job, layout)) -> Export
     read_config(path) -> Imported              launcher detected by content

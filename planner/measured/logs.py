@@ -1,4 +1,4 @@
-"""Training logs -> measured runs (planner.runs.MeasuredRun), for `planner calibrate --runs
+"""Training logs -> measured runs (planner.measured.runs.MeasuredRun), for `planner calibrate --runs
 train.log`: the layout and model the log states and the median of its steady steps.
 
 Formats (the launchers' own print statements, read from their sources):
@@ -37,9 +37,8 @@ from typing import Any
 import yaml
 
 from planner.errors import SpecError
-from planner.launchers import megatron, nemo, resolve, torchtitan
+from planner.launchers import megatron, nemo, torchtitan
 from planner.launchers.common import Imported, as_int
-from planner.specs import ClusterSpec, GpuProfile
 
 # Steady state: the first logged intervals carry start-up work (CUDA/NCCL initialisation, kernel
 # autotuning, torch.compile, the first data loads), so they are dropped.
@@ -293,36 +292,3 @@ def read_log(path: str | Path) -> LogRun:
         raise SpecError(f"{path}: {run.all_points} logged step(s), none left after skipping the "
                         f"first {SKIP_LOGGED} (start-up); log more iterations")
     return run
-
-
-def run_from_log(path: str | Path, gpu: GpuProfile, model: str | None = None):  # noqa: ANN201
-    """A training log as planner.runs.MeasuredRun predicted on `gpu` (the log does not name
-    its GPU type): layout and model from the log, the median steady step time."""
-    from planner.runs import MeasuredRun
-
-    log = read_log(path)
-    imported = log.imported
-    world = imported.world_size()
-    if not world:
-        raise SpecError(f"{path}: the log does not say how many GPUs ran")
-    per_node = min(world, gpu.gpus_per_node)
-    if world % per_node:
-        per_node = 1
-    cluster = ClusterSpec(gpu=gpu, num_nodes=world // per_node, gpus_per_node=per_node)
-    imported.num_nodes = imported.gpus_per_node = None
-    imported.num_gpus = world
-    resolved = resolve(imported, model, cluster, gpu)
-    from planner.stacks import resolve_stack
-
-    stack = resolve_stack(imported.framework)  # the log's software: its recipe where unstated
-    fields = {k: v for k, v in stack.recipe_fields(imported.framework).items()
-              if k not in imported.job}
-    return MeasuredRun(
-        run_id=Path(path).name, source_id=f"log:{imported.framework or imported.launcher}",
-        model=resolved.model, cluster=resolved.cluster,
-        job=resolved.job.model_copy(update=fields) if fields else resolved.job, stack=stack.name,
-        pins=resolved.pins, measured_step_time_s=log.median_step_time_s,
-        gpu_type=gpu.name, notes="; ".join(resolved.notes),
-        extra={"framework": imported.framework, "steady_steps": len(log.step_times_s),
-               "logged_steps": log.all_points, "measured_step_times_s": log.step_times_s},
-    )

@@ -19,17 +19,16 @@ from typing import Any
 
 from planner import limits
 from planner.errors import PlannerError, SpecError
-from planner.layout import RECOMPUTE_CODES, Layout
+from planner.layout import KNOBS, RECOMPUTE_LEVELS, Layout
 from planner.specs import ClusterSpec, GpuProfile, JobSpec, ModelSpec
 from planner.stacks import DEFAULT_STACK, recipe_of, resolve_stack
 
 __all__ = ["recipe_of"]  # moved to planner.stacks; kept importable from here
 
-LAYOUT_KNOBS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp")
 # The project's calibration set (published measured runs, with its README of columns, sources and
 # caveats) is package data: planner/data/published_runs.csv; PLANNER_PUBLISHED_RUNS overrides it.
 PUBLISHED_RUNS_CSV = Path(os.environ.get(
-    "PLANNER_PUBLISHED_RUNS", Path(__file__).resolve().parent / "data" / "published_runs.csv"))
+    "PLANNER_PUBLISHED_RUNS", Path(__file__).resolve().parents[1] / "data" / "published_runs.csv"))
 # GPT-2/GPT-3 BPE vocabulary (Brown et al. 2020, which reuses GPT-2's tokenizer): the published
 # tables of GPT-3-style runs often omit the vocabulary.
 GPT_VOCAB = 50257
@@ -64,9 +63,9 @@ class MeasuredRun:
             pins.setdefault("vpp", 1)
         if pins.get("tp", 1) == 1:
             pins.setdefault("sp", False)
-        if any(k not in pins for k in LAYOUT_KNOBS):
+        if any(k not in pins for k in KNOBS):
             return None
-        return Layout(**{k: pins[k] for k in LAYOUT_KNOBS})
+        return Layout(**{k: pins[k] for k in KNOBS})
 
     def with_gpu(self, gpu: GpuProfile) -> MeasuredRun:
         """The same run predicted with another GPU profile (node shape kept)."""
@@ -206,10 +205,10 @@ def recompute_of(text: str | None) -> str | None:
     if not text or not text.strip():
         return None
     t = text.strip().lower()
-    for value in RECOMPUTE_CODES:
+    for value in RECOMPUTE_LEVELS:
         if t.startswith(value):
             return value
-    raise SpecError(f"recompute '{text.strip()[:40]}' is not one of {', '.join(RECOMPUTE_CODES)}")
+    raise SpecError(f"recompute '{text.strip()[:40]}' is not one of {', '.join(RECOMPUTE_LEVELS)}")
 
 
 # Columns that state the model exactly (issue 16): `model_spec` names a built-in model or a model
@@ -546,14 +545,14 @@ def record_pins(record: dict[str, Any]) -> dict[str, Any]:
     """The layout knobs a record states, checked: degrees whole numbers in their bounds, zero a
     stage 0-3, recompute a level, sp a boolean; SpecError (the skip reason) otherwise."""
     pins: dict[str, Any] = {}
-    for knob in LAYOUT_KNOBS:
+    for knob in KNOBS:
         value = record.get(knob)
         if value is None:
             continue
         if knob == "recompute":
-            if not isinstance(value, str) or value not in RECOMPUTE_CODES:
+            if not isinstance(value, str) or value not in RECOMPUTE_LEVELS:
                 raise SpecError(f"recompute {str(value)[:40]!r} is not one of "
-                                f"{', '.join(RECOMPUTE_CODES)}")
+                                f"{', '.join(RECOMPUTE_LEVELS)}")
         elif knob == "sp":
             if not isinstance(value, bool):
                 raise SpecError(f"sp {str(value)[:40]!r} is not true or false")
@@ -625,6 +624,38 @@ def load_records(path: str | Path, gpu: GpuProfile) -> tuple[list[MeasuredRun], 
     return runs, skipped
 
 
+def run_from_log(path: str | Path, gpu: GpuProfile, model: str | None = None) -> MeasuredRun:
+    """A training log as MeasuredRun predicted on `gpu` (the log does not name
+    its GPU type): layout and model from the log, the median steady step time."""
+    from planner.launchers import resolve
+    from planner.measured.logs import read_log
+
+    log = read_log(path)
+    imported = log.imported
+    world = imported.world_size()
+    if not world:
+        raise SpecError(f"{path}: the log does not say how many GPUs ran")
+    per_node = min(world, gpu.gpus_per_node)
+    if world % per_node:
+        per_node = 1
+    cluster = ClusterSpec(gpu=gpu, num_nodes=world // per_node, gpus_per_node=per_node)
+    imported.num_nodes = imported.gpus_per_node = None
+    imported.num_gpus = world
+    resolved = resolve(imported, model, cluster, gpu)
+    stack = resolve_stack(imported.framework)  # the log's software: its recipe where unstated
+    fields = {k: v for k, v in stack.recipe_fields(imported.framework).items()
+              if k not in imported.job}
+    return MeasuredRun(
+        run_id=Path(path).name, source_id=f"log:{imported.framework or imported.launcher}",
+        model=resolved.model, cluster=resolved.cluster,
+        job=resolved.job.model_copy(update=fields) if fields else resolved.job, stack=stack.name,
+        pins=resolved.pins, measured_step_time_s=log.median_step_time_s,
+        gpu_type=gpu.name, notes="; ".join(resolved.notes),
+        extra={"framework": imported.framework, "steady_steps": len(log.step_times_s),
+               "logged_steps": log.all_points, "measured_step_times_s": log.step_times_s},
+    )
+
+
 def load_runs(path: str | Path, gpu: GpuProfile) -> tuple[list[MeasuredRun], list[Skipped]]:
     """Runs from a validate JSON-lines file (.jsonl/.json) or a runs table (.csv). Table rows
     keep their own GPU; records are predicted on `gpu`."""
@@ -636,9 +667,7 @@ def load_runs(path: str | Path, gpu: GpuProfile) -> tuple[list[MeasuredRun], lis
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
         return load_records(path, gpu)
     if path.suffix.lower() in (".log", ".txt", ".out"):
-        # a Megatron-LM / NeMo / torchtitan training log (planner.launchers.logs)
-        from planner.launchers.logs import run_from_log
-
+        # a Megatron-LM / NeMo / torchtitan training log (planner.measured.logs)
         if not path.is_file():
             raise SpecError(f"runs file not found: {path}")
         try:

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.layout import Layout
-from planner.search.problem import KNOBS, Space, knob_code
+from planner.layout import KNOBS, Layout
+from planner.search.problem import Space, knob_code
 
 # A layout "reaches the best" within this fraction of the best step time: finer than the cost
 # model can tell apart (its held-out median error is several percent, README Accuracy), so the

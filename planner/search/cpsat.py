@@ -41,7 +41,8 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model_helper as cmh
 
-from planner.search.problem import KNOBS, STRUCTURE_KNOBS, Domains, Space, knob_code
+from planner.layout import KNOBS
+from planner.search.problem import STRUCTURE_KNOBS, Domains, Space, Split, knob_code
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 INT64_SAFE = 2**62  # CP-SAT rejects models whose objective may overflow int64
@@ -452,8 +453,6 @@ class SplitModel:
 
     def solve(self) -> Any:
         """The best Split (empty counts when no split fits)."""
-        from planner.search.stages import Split
-
         if self.empty:
             return Split()
         response = self.model.solve(self.config)

@@ -19,9 +19,8 @@ import numpy as np
 
 from planner import limits
 from planner.errors import InfeasibleError, LayoutError, PlannerError
-from planner.layout import Layout
+from planner.layout import RECOMPUTE_LEVELS, Layout
 from planner.search.problem import (
-    RECOMPUTE_LEVELS,
     BatchCost,
     Space,
     evaluate,

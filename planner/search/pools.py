@@ -26,12 +26,11 @@ import numpy as np
 
 from planner.costmodel import checks, pipeline
 from planner.errors import InfeasibleError, LayoutError
+from planner.layout import KNOBS, RECOMPUTE_LEVELS
 from planner.search.problem import (
     CP_MIN_SEQ_LEN,
-    KNOBS,
     MBS_CAP,
     MEM_UNIT_GIB,
-    RECOMPUTE_LEVELS,
     TIME_UNIT_S,
     divisors,
     inner_knobs,
@@ -135,7 +134,7 @@ def search_pooled(
     from planner.layout import Layout
     from planner.plan import Plan
     from planner.search.cpsat import SplitModel
-    from planner.search.stages import Split
+    from planner.search.problem import Split
 
     pins = normalize_pins(pins)
     if not pipeline.uniform_layers(model):

@@ -37,12 +37,10 @@ import numpy as np
 
 from planner.costmodel import checks
 from planner.errors import SpecError
-from planner.layout import Layout, group_span_nodes
+from planner.layout import KNOBS, RECOMPUTE_LEVELS, Layout, group_span_nodes
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
-KNOBS: tuple[str, ...] = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp")
 STRUCTURE_KNOBS: tuple[str, ...] = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
-RECOMPUTE_LEVELS: tuple[str, ...] = ("none", "selective", "full", "offload")  # codes 0..3
 MBS_CAP = 16  # largest micro-batch searched, sequences (Megatron/NeMo recipes use 1..8)
 CP_MIN_SEQ_LEN = 16384  # cp > 1 searched from this sequence length on (or when pinned)
 VPP_CAP = 16  # most virtual stages per GPU searched (Megatron recipes use 2..8)
@@ -311,3 +309,13 @@ def evaluate(
         from planner.costmodel import estimate_batch as batch_cost
     columns = batch_cost(model, cluster, job, knobs) if len(knobs["tp"]) else {}
     return Space(model, cluster, job, knobs, columns)
+
+
+@dataclass(frozen=True)
+class Split:
+    """A split's layers per stage (empty when no split fits) and its objective values: what the
+    stage split (search.stages) asks and the CP-SAT split model (search.cpsat) answers."""
+
+    counts: tuple[int, ...] = ()
+    slowest: int = 0
+    peak: int = 0

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from planner.costmodel import pipeline
-from planner.search.problem import MEM_UNIT_GIB, Space, evaluate
+from planner.search.problem import MEM_UNIT_GIB, Space, Split, evaluate
 from planner.specs import GIB
 
 if TYPE_CHECKING:
@@ -78,15 +78,6 @@ class SplitProblem:
         rows = np.arange(self.stages)
         idx = np.asarray(counts) - 1
         return int(self.time[rows, idx].max()), int(self.memory[rows, idx].max())
-
-
-@dataclass(frozen=True)
-class Split:
-    """A split's layers per stage (empty when no split fits) and its objective values."""
-
-    counts: tuple[int, ...] = ()
-    slowest: int = 0
-    peak: int = 0
 
 
 def split_width(layers: int, pp: int) -> int:
@@ -195,7 +186,7 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
                    config: SolverConfig | None = None) -> tuple[Space, int]:
     """The space with each eligible layout's best split where it beats the even rule (module
     docstring); returns the new space and how many layouts the split search solved."""
-    from planner.search.cpsat import SplitModel
+    from planner.search.cpsat import SplitModel  # ortools only when a split is searched
 
     model = space.model
     if not len(space) or not pipeline.uniform_layers(model):

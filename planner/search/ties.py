@@ -2,7 +2,7 @@
 
 The fastest eligible layout (by the objective of planner.search.problem: step time, memory,
 crossing groups) defines the tie: every eligible layout whose step-time band overlaps its band
-(planner.calibrate.bands.overlaps_best) is tied with it. Tied layouts are ranked first, by the
+(planner.search.bands.overlaps_best) is tied with it. Tied layouts are ranked first, by the
 robustness score (bands.robust_step_time: the band's high end plus the terms the model is least
 sure of), then lower memory, then fewer groups crossing nodes (robust_keys); the others follow in
 the objective's order. The CP-SAT search (planner.search.search) and the exhaustive oracle
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from planner.calibrate.bands import overlaps_best, robust_step_time
+from planner.search.bands import overlaps_best, robust_step_time
 from planner.search.problem import OBJECTIVE_SUM_LIMIT, Space, scale_time
 
 

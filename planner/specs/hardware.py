@@ -132,7 +132,7 @@ class GpuProfile(BaseModel):
     tdp_w: real(limits.MAX_TDP_W) | None = Field(
         default=None,
         description="Board power (TDP / max TGP) per GPU, W: the energy of a training run is "
-        "GPUs x this x hours x PUE (planner.operations); None: energy is not reported.",
+        "GPUs x this x hours x PUE (planner.economics); None: energy is not reported.",
     )
     host_link_gb_per_s: real(limits.MAX_LINK_GB_PER_S) | None = Field(
         default=None,

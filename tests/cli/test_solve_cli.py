@@ -12,9 +12,9 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from planner.calibrate.bands import UNCERTAIN_TERMS
 from planner.cli import app
 from planner.plan import MEM_COLUMNS, PLAN_COLUMNS, TIME_COLUMNS
+from planner.search.bands import UNCERTAIN_TERMS
 from planner.specs.hardware import STOCK_STEP_TIME_REL_ERROR
 
 runner = CliRunner()

@@ -1,4 +1,4 @@
-"""Golden numbers for the training run (planner.operations): seed 001 ("Workbook - Distributed
+"""Golden numbers for the training run (planner.economics): seed 001 ("Workbook - Distributed
 Training") chapters 3, 7 and 9, typed here with their exercise numbers (never read at run
 time), and Llama 3 405B's published GPU-hours."""
 
@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from planner import operations as ops
+from planner import economics as ops
 from planner.costmodel import estimate
 from planner.layout import Layout
 from planner.plan import Plan

@@ -138,7 +138,7 @@ def standin_batch(
         "mem_optimizer_gb": optim / GIB,
         "mem_activations_gb": acts / GIB,
         "mem_other_gb": other / GIB,
-        # the terms planner.calibrate.bands' robustness score reads (ties)
+        # the terms planner.search.bands' robustness score reads (ties)
         "time_compute_s": compute,
         "time_tp_comm_s": tp_comm,
         "time_cp_comm_s": cp_comm,

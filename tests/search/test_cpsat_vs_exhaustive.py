@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from planner.errors import InfeasibleError, LayoutError
+from planner.layout import RECOMPUTE_LEVELS
 from planner.search import build_space, search, ties
 from planner.search.cpsat import SelectionModel, StructureModel
 from planner.search.exhaustive import (
@@ -18,7 +19,7 @@ from planner.search.exhaustive import (
     exhaustive_space,
     exhaustive_top_k,
 )
-from planner.search.problem import RECOMPUTE_LEVELS, knob_domains
+from planner.search.problem import knob_domains
 from tests.search.standin import make_cluster, make_gpu, make_job, make_model, standin_batch
 
 NUM_PROBLEMS = 200

@@ -16,13 +16,13 @@ from planner.calibrate import (
     apply_values,
     calibrate,
     knobs_for,
-    plans_indistinguishable,
     predict_step_times,
     profile_yaml,
 )
 from planner.layout import Layout
+from planner.measured.runs import MeasuredRun
 from planner.registry import load_gpu
-from planner.runs import MeasuredRun
+from planner.search.bands import plans_indistinguishable
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 # The parameters the synthetic "machine" really has (the fixture profile is the starting point).

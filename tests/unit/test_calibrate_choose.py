@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from planner import JobSpec, Layout, estimate, load_model, parse_cluster
-from planner.calibrate.loop import choose_calibration_plans
+from planner.calibrate.choose import choose_calibration_plans
 from planner.errors import PlannerError
 from planner.plan import TIME_COLUMNS, Plan
 

@@ -1,4 +1,4 @@
-"""planner.calibrate.closed_loop with a stand-in for the torchrun launcher: the "machine" runs
+"""planner.validate.loop.closed_loop with a stand-in for the torchrun launcher: the "machine" runs
 each layout at the cost model's time on a hidden TRUE profile; after the loop the ranking must be
 the one the TRUE profile gives (computed independently with solve on TRUE)."""
 
@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 from calib_fixtures import a100_like
 
-from planner.calibrate import apply_values, closed_loop
+from planner.calibrate import apply_values
+from planner.calibrate.choose import choose_calibration_plans
 from planner.calibrate.fit import predict_step_times
-from planner.calibrate.loop import choose_calibration_plans
 from planner.io import append_jsonl, read_jsonl
+from planner.measured.runs import MeasuredRun
 from planner.registry import load_gpu
-from planner.runs import MeasuredRun
 from planner.search import solve
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
+from planner.validate.loop import closed_loop
 
 pytestmark = pytest.mark.slow  # two searches and a cross-validated fit, ~20 s
 

@@ -9,10 +9,11 @@ import pytest
 from calib_fixtures import a100_like
 
 from planner.calibrate.fewshot import MIN_EFFECT, FewShotPrior, few_shot_fit, rank_knobs
-from planner.calibrate.fit import apply_values, predict_step_times
+from planner.calibrate.fit import predict_step_times
 from planner.layout import Layout
-from planner.runs import MeasuredRun
+from planner.measured.runs import MeasuredRun
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
+from planner.specs.adjust import apply_values
 
 TRUE = {"gemm_scale": 0.8}  # the cluster's software runs its GEMMs at 0.8 of the profile's
 PRIOR = FewShotPrior(sd={"gemm_scale": 0.2, "layer_overhead_us": 20.0,

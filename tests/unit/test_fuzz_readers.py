@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 
 from planner import limits
 from planner.errors import PlannerError
+from planner.layout import KNOBS
+from planner.measured.runs import PUBLISHED_RUNS_CSV, load_runs, physics_reason
 from planner.registry import builtin_models, load_gpu, load_model, parse_cluster
-from planner.runs import LAYOUT_KNOBS, PUBLISHED_RUNS_CSV, load_runs, physics_reason
 from planner.specs import GpuProfile, ModelSpec
 
 pytestmark = pytest.mark.slow
@@ -190,7 +191,7 @@ def check_runs(result) -> None:  # noqa: ANN001
         step = run.measured_step_time_s
         assert run.oom or (step is not None and 0 < step <= limits.MAX_STEP_TIME_S), step
         assert physics_reason(run) is None
-        for knob in LAYOUT_KNOBS:
+        for knob in KNOBS:
             value = run.pins.get(knob)
             if knob in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs") and value is not None:
                 assert type(value) is int and value >= 1, (knob, value)

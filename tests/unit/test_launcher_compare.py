@@ -1,11 +1,11 @@
-"""`solve --config`'s comparison (planner.launchers.compare) against a brute force over the
+"""`solve --config`'s comparison (planner.search.compare) against a brute force over the
 exhaustive enumerator's space: the rank counts the fitting layouts strictly faster, and no layout
 with fewer changed knobs reaches within the tolerance of the best."""
 
 from __future__ import annotations
 
 from planner import JobSpec, Layout, estimate, load_model, parse_cluster
-from planner.launchers.compare import CHANGE_KNOBS, REACH_TOLERANCE, compare, describe
+from planner.search.compare import CHANGE_KNOBS, REACH_TOLERANCE, compare, describe
 from planner.search.exhaustive import exhaustive_space
 
 

@@ -1,5 +1,5 @@
-"""Training logs -> MeasuredRun (planner.launchers.logs). The excerpts in tests/data/launchers are
-written in each launcher's own print format (module docstring of planner.launchers.logs names the
+"""Training logs -> MeasuredRun (planner.measured.logs). The excerpts in tests/data/launchers are
+written in each launcher's own print format (module docstring of planner.measured.logs names the
 source lines); the expected values are read off the excerpts by hand."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from planner.errors import SpecError
-from planner.launchers.logs import SKIP_LOGGED, read_log, run_from_log
 from planner.layout import Layout
+from planner.measured.logs import SKIP_LOGGED, read_log
+from planner.measured.runs import run_from_log
 from planner.registry import load_gpu
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "launchers"

@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from planner import JobSpec, Layout, estimate, load_model, parse_cluster
+from planner.cli.solve_config import current_layout
 from planner.launchers import LAUNCHERS, LaunchPlan, export_plan, read_config, resolve
 from planner.launchers.common import known_keys, unknown_keys
 from planner.launchers.megatron import parse_args_text
-from planner.launchers.solve_config import current_layout
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "launchers"
 

@@ -12,7 +12,7 @@ from costmodel_fixtures import cluster, flat_gpu, gpt3_175b, job, llama_like
 from planner import limits
 from planner.costmodel import estimate, memory
 from planner.layout import Layout
-from planner.runs import PUBLISHED_RUNS_CSV, load_table
+from planner.measured.runs import PUBLISHED_RUNS_CSV, load_table
 
 GIB = 2**30
 MIB = 2**20

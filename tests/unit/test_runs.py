@@ -1,4 +1,4 @@
-"""planner.runs: published_runs.csv rows and validate records -> MeasuredRun."""
+"""planner.measured.runs: published_runs.csv rows and validate records -> MeasuredRun."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from calib_fixtures import a100_like
 
 from planner.errors import SpecError
 from planner.layout import Layout
-from planner.runs import (
+from planner.measured.runs import (
     PUBLISHED_RUNS_CSV,
     gpu_name_of,
     load_records,

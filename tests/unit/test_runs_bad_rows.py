@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from planner.measured.runs import PUBLISHED_RUNS_CSV, load_records, load_table
 from planner.registry import load_gpu
-from planner.runs import PUBLISHED_RUNS_CSV, load_records, load_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
 from inproc import assert_one_line_exit_2, invoke  # noqa: E402

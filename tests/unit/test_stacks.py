@@ -110,7 +110,7 @@ def test_a_broken_preset_file_is_one_clear_error(tmp_path):
 
 
 def test_table_rows_carry_their_stack():
-    from planner.runs import PUBLISHED_RUNS_CSV, load_table
+    from planner.measured.runs import PUBLISHED_RUNS_CSV, load_table
 
     runs, _ = load_table(PUBLISHED_RUNS_CSV)
     by_source = {}

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from planner import JobSpec, Layout, estimate, load_model, parse_cluster
-from planner.calibrate.bands import overlaps_best, plans_indistinguishable, robust_step_time
 from planner.search import build_space, search
+from planner.search.bands import overlaps_best, plans_indistinguishable, robust_step_time
 from planner.specs.hardware import STOCK_STEP_TIME_REL_ERROR
 
 
@@ -85,10 +85,10 @@ def test_a_clear_winner_is_alone() -> None:
 def test_order_ties_on_plans_agrees_with_the_search() -> None:
     """bands.order_ties (plain Python over Plans, what benchmarks/ranking.py ranks with) and the
     search's second CP-SAT selection give the same head of the ranking over the same layouts."""
-    from planner.calibrate.bands import order_ties
     from planner.costmodel import Estimate
     from planner.plan import Plan
     from planner.search import with_stage_layers
+    from planner.search.bands import order_ties
 
     model, cluster = load_model("llama2-7b"), parse_cluster("8xH100")
     job = JobSpec(seq_len=4096, global_batch=64)
