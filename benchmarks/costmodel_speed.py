@@ -22,7 +22,7 @@ from planner.registry import load_model, parse_cluster
 from planner.specs import JobSpec
 
 
-def candidate_layouts(model, cluster, job) -> list[Layout]:  # noqa: ANN001
+def candidate_layouts(model, cluster, job) -> list[Layout]:
     n = cluster.num_gpus
     out = []
     for tp, pp, cp, vpp, mbs, zero, rc, sp in itertools.product(

@@ -55,20 +55,20 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from accuracy import (  # noqa: E402 - benchmarks/ is not a package
+from accuracy import (
     TUNE_SOURCES,
     Predictor,
     _searched_layouts,
     _timed_by_gpu,
 )
 
-from planner.errors import PlannerError, SpecError  # noqa: E402
-from planner.layout import Layout  # noqa: E402
-from planner.measured.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table  # noqa: E402
-from planner.plan import Plan  # noqa: E402
-from planner.registry import load_gpu  # noqa: E402
-from planner.search.bands import order_ties  # noqa: E402
-from planner.specs import GpuProfile  # noqa: E402
+from planner.errors import PlannerError, SpecError
+from planner.layout import Layout
+from planner.measured.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table
+from planner.plan import Plan
+from planner.registry import load_gpu
+from planner.search.bands import order_ties
+from planner.specs import GpuProfile
 
 SWEEPS_DIR = PUBLISHED_RUNS_CSV.parent / "sweeps"
 MIN_LAYOUTS = 3  # a group ranks at least this many distinct measured layouts

@@ -1,10 +1,13 @@
-"""planner: a 3D-parallelism planner for LLM training.
+"""planner: a 3D-parallelism planner for LLM training. The public API is __all__ (a test holds it):
 
-    from planner import load_model, parse_cluster, JobSpec, Layout, estimate
+    from planner import JobSpec, Layout, estimate, explain, load_model, parse_cluster, solve
     model = load_model("llama70b")
     cluster = parse_cluster("128xA100")
     job = JobSpec(seq_len=4096, global_batch=512)
     est = estimate(model, cluster, job, Layout(tp=8, pp=4, dp=4, mbs=1, zero=1))
+    plans = solve(model, cluster, job, pins={"tp": 8}, top_k=3)   # ranked Plans, best first
+    for line in explain(model, cluster, job, plans[0], plans).lines():
+        print(line)
 
 Heavy pieces (the cost model, the CP-SAT search, torch validation) are imported lazily.
 """
@@ -15,23 +18,34 @@ import importlib
 from typing import Any
 
 from planner.errors import InfeasibleError, LayoutError, PlannerError, SpecError
-from planner.layout import Layout
+from planner.layout import KNOBS, Layout, default_layout
 
 # Everything that needs a third-party package (pydantic, yaml, numpy, ortools) loads on first
 # use, so `python -m planner` can tell a missing install apart from a bug (planner/__main__.py).
 _LAZY = {
     "builtin_gpus": "planner.registry", "builtin_models": "planner.registry",
     "load_gpu": "planner.registry", "load_model": "planner.registry",
-    "parse_cluster": "planner.registry",
+    "parse_cluster": "planner.registry", "parse_cluster_or_pools": "planner.registry",
     "ClusterSpec": "planner.specs", "GpuProfile": "planner.specs", "JobSpec": "planner.specs",
-    "ModelSpec": "planner.specs",
-    "estimate": "planner.costmodel", "solve": "planner.search",
+    "ModelSpec": "planner.specs", "PooledCluster": "planner.specs",
+    "Estimate": "planner.costmodel", "estimate": "planner.costmodel",
+    "Plan": "planner.plan", "solve": "planner.search",
+    "Explanation": "planner.explain", "explain": "planner.explain",
+    "resolve_stack": "planner.stacks", "MeasuredRun": "planner.measured.runs",
+    "load_runs": "planner.measured.runs",
 }
 
 __all__ = [
-    "ClusterSpec", "GpuProfile", "InfeasibleError", "JobSpec", "Layout", "LayoutError",
-    "ModelSpec", "PlannerError", "SpecError", "builtin_gpus", "builtin_models", "estimate",
-    "load_gpu", "load_model", "parse_cluster", "solve",
+    # specs: what is trained, on what, how; one layout and its knobs
+    "ClusterSpec", "GpuProfile", "JobSpec", "ModelSpec", "PooledCluster", "Layout", "KNOBS",
+    "default_layout",
+    # load helpers: built-in names, spec / HF config / profile paths, cluster text, stacks, runs
+    "builtin_gpus", "builtin_models", "load_gpu", "load_model", "parse_cluster",
+    "parse_cluster_or_pools", "resolve_stack", "load_runs", "MeasuredRun",
+    # the planner: one layout's prediction, the ranked plans, one plan explained
+    "estimate", "Estimate", "solve", "Plan", "explain", "Explanation",
+    # errors (PlannerError: every one the planner raises; exit 2 SpecError/LayoutError, 1 infeasible)
+    "PlannerError", "SpecError", "LayoutError", "InfeasibleError",
 ]
 
 

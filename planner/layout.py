@@ -142,7 +142,7 @@ def stage_layers(num_layers: int, pp: int, vpp: int) -> list[list[int]]:
 
 def default_layout(num_gpus: int, cluster_name: str, tp: int, pp: int, dp: int | None = None,
                    cp: int | None = None, ep: int | None = None, vpp: int | None = None,
-                   mbs: int | None = None, zero: int | None = None, recompute=None,  # noqa: ANN001
+                   mbs: int | None = None, zero: int | None = None, recompute=None,
                    sp: bool | None = None) -> Layout:
     """The layout `estimate` (and `explain` by pins, a launcher config) evaluates: the knobs
     given, the rest at the defaults above (dp = GPUs / (tp pp cp), cp = ep = vpp = mbs = 1,

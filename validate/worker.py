@@ -153,7 +153,7 @@ class Trainer:
             self.schedule = build_schedule(stages, self.grad_accum, cfg.pp_schedule)
         self.pp_group = self.mesh["pp"].get_group() if layout.pp > 1 else None
 
-    def dp_mesh(self):  # noqa: ANN201 - a DeviceMesh
+    def dp_mesh(self):
         """The mesh gradients are averaged over: dp, or dp x cp flattened (cp ranks hold the
         same parameters and see different tokens of the same sequences)."""
         if self.layout.cp == 1:
@@ -205,7 +205,7 @@ class Trainer:
         return torch.autograd.graph.save_on_cpu(pin_memory=self.device.type == "cuda")
 
     @contextlib.contextmanager
-    def _context_parallel(self, tokens: torch.Tensor, targets: torch.Tensor):  # noqa: ANN202
+    def _context_parallel(self, tokens: torch.Tensor, targets: torch.Tensor):
         """With cp > 1: torch's context_parallel shards tokens, targets and the positions along
         the sequence (head-tail load balanced) and runs ring attention in SDPA's place."""
         if self.layout.cp == 1:

@@ -316,7 +316,7 @@ def few_shot_fit(profile: GpuProfile, runs: Sequence[MeasuredRun], *, stack: Any
 
 
 def _map_fit(base, knobs, theta0, runs, layouts, measured, pred0, prior, max_knobs, predict,
-             least_squares):  # noqa: ANN001, ANN202 - internal
+             least_squares):
     """Rank, choose and fit: (values, theta, fitted names, kept reasons, ranking, covariance)."""
     names = [k.name for k in knobs]
     grads = _gradients(base, knobs, theta0, runs, layouts, predict, pred0, prior)

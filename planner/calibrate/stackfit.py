@@ -22,7 +22,7 @@ LAYER_OVERHEAD_MAX_US = 2e4  # 20 ms per layer pass: beyond any host overhead in
 
 
 def predict_with(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
-                 ) -> np.ndarray:  # noqa: ANN001 - StackPreset
+                 ) -> np.ndarray:
     """Step time (s) of each run on its own GPU profile with the preset's factors applied."""
     out = np.empty(len(runs))
     by_gpu: dict[int, list[int]] = {}
@@ -35,7 +35,7 @@ def predict_with(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
 
 
 def fit_stack_factors(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
-                      fit_overhead: bool = True):  # noqa: ANN001, ANN201 - StackPreset in and out
+                      fit_overhead: bool = True):
     """The preset with its GEMM scale (and layer overhead) fitted to the runs' measured step
     times; the runs' own GPU profiles are the base."""
     from scipy.optimize import least_squares
@@ -47,7 +47,7 @@ def fit_stack_factors(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Lay
     hi = [math.log(GEMM_SCALE_BOUNDS[1])] + ([LAYER_OVERHEAD_MAX_US / 1e3] if fit_overhead
                                              else [])
 
-    def with_x(x: np.ndarray):  # noqa: ANN202
+    def with_x(x: np.ndarray):
         factors = StackFactors(gemm_scale=math.exp(x[0]),
                                layer_overhead_us=(1e3 * x[1]) if fit_overhead else None)
         return preset.model_copy(update={"factors": factors})

@@ -109,7 +109,7 @@ def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitO
     console.print(f"wrote {out}")
 
 
-def matching_gpu(runs, gpu):  # noqa: ANN001, ANN201 - list[MeasuredRun] in and out
+def matching_gpu(runs, gpu):
     """The runs measured on `gpu`'s type (by registry name or alias); all of them when the runs
     name a single GPU type (a user's own logs, validate records)."""
     types = {r.cluster.gpu.name for r in runs}
@@ -122,7 +122,7 @@ def matching_gpu(runs, gpu):  # noqa: ANN001, ANN201 - list[MeasuredRun] in and 
     return [r for r in runs if r.cluster.gpu.name.lower() in names]
 
 
-def _stack_of(text, runs):  # noqa: ANN001, ANN202 - str | None, list[MeasuredRun] -> StackPreset
+def _stack_of(text, runs):
     """--stack when given, else the one stack every run names, else the default."""
     from planner.stacks import resolve_stack
 
@@ -132,7 +132,7 @@ def _stack_of(text, runs):  # noqa: ANN001, ANN202 - str | None, list[MeasuredRu
     return resolve_stack(named.pop() if len(named) == 1 else None)
 
 
-def _with_stack(run, preset):  # noqa: ANN001, ANN202 - MeasuredRun, StackPreset -> MeasuredRun
+def _with_stack(run, preset):
     """A run that names no stack (validate records without one) runs the --stack's recipe."""
     from dataclasses import replace
 

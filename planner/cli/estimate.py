@@ -49,10 +49,10 @@ from planner.cli.options import (
     VppOpt,
     ZeroOpt,
     check_lr_options,
+    economics_inputs,
     layout_pins,
     parse_stage_layers,
-    run_inputs,
-    with_runs,
+    with_economics,
 )
 from planner.cli.typer_app import app
 from planner.errors import LayoutError
@@ -124,7 +124,7 @@ def estimate_cmd(
         pp = len(counts)
     if tp is None or pp is None:
         raise LayoutError("estimate needs --tp and --pp (use `planner solve` to search them)")
-    run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
+    run_in = economics_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
     from planner.specs import PooledCluster
 
     if run_in is not None and isinstance(cluster_spec, PooledCluster):
@@ -146,7 +146,7 @@ def estimate_cmd(
     else:
         est = estimate(model_spec, cluster_spec, job, layout)
         plan = Plan(layout=with_stage_layers(layout, model_spec.num_hidden_layers), estimate=est)
-    plan = with_runs([plan], model_spec, cluster_spec, run_in)[0]
+    plan = with_economics([plan], model_spec, cluster_spec, run_in)[0]
     from planner import report
     from planner.costmodel.checks import layout_warnings
 

@@ -51,12 +51,12 @@ from planner.cli.options import (
     VppOpt,
     ZeroOpt,
     check_lr_options,
+    economics_inputs,
     layout_pins,
     load_inputs,
     output_file,
-    run_inputs,
     stack_pins,
-    with_runs,
+    with_economics,
 )
 from planner.cli.typer_app import app
 from planner.errors import LayoutError, SpecError
@@ -131,7 +131,7 @@ def _inputs(model: str, cluster: str, profile: Any, seq_len: int | None,
 
     model_spec, cluster_spec, job = load_inputs(model, cluster, profile, seq_len, global_batch,
                                                 *recipe, stack=stack)
-    run_in = run_inputs(*run)
+    run_in = economics_inputs(*run)
     check_lr_options(*lr)
     pins = stack_pins(resolve_stack(stack), layout_pins(**knobs))
     return model_spec, cluster_spec, job, pins, run_in
@@ -183,7 +183,7 @@ def explain_cmd(
         run=(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s),
         lr=(ref_lr, ref_batch))
     plan, ranked = resolve_plan(model_spec, cluster_spec, job, pins, rank, 10)
-    plan = with_runs([plan], model_spec, cluster_spec, run_in)[0]
+    plan = with_economics([plan], model_spec, cluster_spec, run_in)[0]
     exp = explain(model_spec, cluster_spec, job, plan, ranked)
     lines = exp.lines() + run_note_lines(plan, run_in, ref_lr, ref_batch)
     written = write_figures(model_spec, cluster_spec, job, plan, ranked, figures) if figures else []
@@ -265,7 +265,7 @@ def report_cmd(
         run=(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s),
         lr=(ref_lr, ref_batch))
     ranked = solve(model_spec, cluster_spec, job, pins, top_k=max(top, PARETO_PLANS))
-    ranked = with_runs(ranked, model_spec, cluster_spec, run_in)
+    ranked = with_economics(ranked, model_spec, cluster_spec, run_in)
     winner = ranked[0]
     exp = explain(model_spec, cluster_spec, job, winner, ranked)
     groups = {str(cluster_spec): ranked}

@@ -94,7 +94,7 @@ def inputs(ctx: typer.Context, config: Path | None, model: str | None, cluster: 
     return resolved.model, cluster_spec, job, resolved.pins, resolved
 
 
-def write_export(launcher: LauncherChoice | str, model_spec, cluster_spec, job, plan,  # noqa: ANN001
+def write_export(launcher: LauncherChoice | str, model_spec, cluster_spec, job, plan,
                  out: Path | None) -> None:
     """Write plan's layout as the launcher's config to `out` (atomically) or stdout; warnings on
     stderr."""

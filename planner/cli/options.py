@@ -43,7 +43,7 @@ class PrecisionChoice(str, Enum):
 
 # ---- checks every option of its kind shares (typer callbacks: a bad value is one line) -----
 
-def output_file(ctx: typer.Context, param: typer.CallbackParam, value: Path | None):  # noqa: ANN201
+def output_file(ctx: typer.Context, param: typer.CallbackParam, value: Path | None):
     """An output file option: refuse an empty path, a directory, a path under a plain file or
     in an unwritable folder before any work is done (planner.io.check_output_file)."""
     from planner.io import check_output_file
@@ -53,7 +53,7 @@ def output_file(ctx: typer.Context, param: typer.CallbackParam, value: Path | No
     return check_output_file(value, param.opts[0] if param.opts else "output file")
 
 
-def finite_seconds(ctx: typer.Context, param: typer.CallbackParam, value: float | None):  # noqa: ANN201
+def finite_seconds(ctx: typer.Context, param: typer.CallbackParam, value: float | None):
     """A duration option: finite (inf/NaN pass click's FloatRange) and at most a week."""
     if value is None:
         return value
@@ -63,7 +63,7 @@ def finite_seconds(ctx: typer.Context, param: typer.CallbackParam, value: float 
     return value
 
 
-def finite(ctx: typer.Context, param: typer.CallbackParam, value: float | None):  # noqa: ANN201
+def finite(ctx: typer.Context, param: typer.CallbackParam, value: float | None):
     """A real option: finite (NaN passes click's FloatRange, which only compares)."""
     if value is not None and not math.isfinite(value):
         raise typer.BadParameter(f"{value} is not a finite number")
@@ -77,7 +77,7 @@ _ENDPOINT_RE = re.compile(
 )
 
 
-def rdzv_endpoint(ctx: typer.Context, param: typer.CallbackParam, value: str | None):  # noqa: ANN201
+def rdzv_endpoint(ctx: typer.Context, param: typer.CallbackParam, value: str | None):
     """torchrun's --rdzv-endpoint: HOST[:PORT] with a host name, an IPv4 address or [IPv6], and
     a port in 1..65535 (torch.distributed.elastic parses the same shape; 29400 if none)."""
     if value is None:
@@ -95,7 +95,7 @@ def rdzv_endpoint(ctx: typer.Context, param: typer.CallbackParam, value: str | N
 BACKENDS = ("gloo", "nccl", "mpi", "xccl")  # torch.distributed.Backend's built-in names
 
 
-def backend_name(ctx: typer.Context, param: typer.CallbackParam, value: str | None):  # noqa: ANN201
+def backend_name(ctx: typer.Context, param: typer.CallbackParam, value: str | None):
     """A torch.distributed backend name (None: nccl on GPUs, else gloo)."""
     if value is None:
         return value
@@ -333,8 +333,8 @@ RefBatchOpt = Annotated[
 ]
 
 
-def run_inputs(train_tokens: float | None, price: float | None, pue: float | None,
-               mtbf: float | None, storage: float | None):
+def economics_inputs(train_tokens: float | None, price: float | None, pue: float | None,
+                     mtbf: float | None, storage: float | None):
     """RunInputs from the options, None without --train-tokens (the others need it)."""
     from planner.economics import RunInputs
     from planner.errors import SpecError
@@ -349,8 +349,9 @@ def run_inputs(train_tokens: float | None, price: float | None, pue: float | Non
     return RunInputs(train_tokens=train_tokens, **{k: v for k, v in given.items() if v is not None})
 
 
-def with_runs(plans, model, cluster, inputs):  # noqa: ANN001, ANN201
-    """The plans with their training run attached (unchanged when inputs is None)."""
+def with_economics(plans, model, cluster, inputs):
+    """The plans with their training run's economics (planner.economics.RunCosts: days, GPU-hours,
+    cost, energy, checkpoints) attached; unchanged when inputs is None."""
     if inputs is None:
         return plans
     from dataclasses import replace

@@ -63,13 +63,13 @@ from planner.cli.options import (
     VppOpt,
     ZeroOpt,
     check_lr_options,
+    economics_inputs,
     layout_pins,
     output_file,
     output_option,
     parse_stage_layers,
-    run_inputs,
     stack_pins,
-    with_runs,
+    with_economics,
 )
 from planner.cli.typer_app import app
 
@@ -164,7 +164,7 @@ def solve_cmd(
         ctx, config, model, cluster, profile, seq_len, global_batch, recipe, pins, stack,
         pools=True)
     comparison = None
-    run_in = run_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
+    run_in = economics_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
     from planner.specs import PooledCluster
 
     if isinstance(cluster_spec, PooledCluster) and (run_in is not None or export is not None):
@@ -209,7 +209,7 @@ def solve_cmd(
                         stage_layers=parse_stage_layers(stage_layers), even_stages=even_stages,
                         tp_across_nodes=tp_across_nodes)
         plans, tied_total = result.plans(), result.tied_total
-    plans = with_runs(plans, model_spec, cluster_spec, run_in)
+    plans = with_economics(plans, model_spec, cluster_spec, run_in)
     from planner import report
 
     if export is not None:

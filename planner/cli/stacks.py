@@ -18,7 +18,7 @@ from planner.cli.options import JsonOpt
 from planner.cli.typer_app import app
 
 
-def _err(stats) -> str:  # noqa: ANN001 - ErrorStats | None
+def _err(stats) -> str:
     return "-" if stats is None else f"{100 * stats.median:.1f}% / {100 * stats.p90:.1f}%"
 
 

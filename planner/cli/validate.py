@@ -50,7 +50,7 @@ from planner.cli.options import (
 from planner.cli.typer_app import app
 
 
-def _dim(flag: str, what: str, upper: int):  # noqa: ANN202 - an Annotated alias
+def _dim(flag: str, what: str, upper: int):
     return Annotated[int | None, typer.Option(flag, min=1, max=upper, help=f"Scale down: {what}.")]
 
 
@@ -152,7 +152,7 @@ def validate_cmd(
         sys.exit(1)  # typer.Exit would be swallowed by planner.cli.main (standalone_mode=False)
 
 
-def _print_record(console, record: dict, out: Path) -> None:  # noqa: ANN001
+def _print_record(console, record: dict, out: Path) -> None:
     """Measured vs predicted, memory, the correctness check, or the failure reason."""
     from rich.markup import escape
 

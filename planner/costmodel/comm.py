@@ -58,7 +58,7 @@ TREE_CORRECTION_SIMPLE = (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5
                           .7, .7, .8, .9, .9)
 
 
-def members_per_domain(size, stride, domain: int):  # noqa: ANN001, ANN201 - numpy arrays
+def members_per_domain(size, stride, domain: int):
     """Members of one group inside one scale-up domain, for a group of `size` ranks spaced
     `stride` apart under the rank order of planner.layout (vectorized group_span_nodes)."""
     size = np.asarray(size)
@@ -70,7 +70,7 @@ class Group:
     """Process groups along one axis, one per layout: `size` ranks spaced `stride` apart.
     Holds what every collective on it needs (members per domain, domains spanned, latencies)."""
 
-    def __init__(self, cluster: ClusterSpec, size, stride) -> None:  # noqa: ANN001
+    def __init__(self, cluster: ClusterSpec, size, stride) -> None:
         gpu = cluster.gpu
         self.cluster = cluster
         self.size = np.asarray(size, dtype=float)
@@ -84,7 +84,7 @@ class Group:
         self._inter_lat = gpu.inter_node.latency_us * US
         self._latency_cache: dict[int, np.ndarray] = {}
 
-    def latency(self, steps_per_rank: int):  # noqa: ANN201
+    def latency(self, steps_per_rank: int):
         """Seconds of ring latency beyond what the reference curves already contain, for a
         collective with steps_per_rank x (n-1) ring steps (2 for all-reduce, 1 otherwise)."""
         cached = self._latency_cache.get(steps_per_rank)
@@ -92,14 +92,14 @@ class Group:
             cached = self._latency_cache[steps_per_rank] = self._ring_latency(steps_per_rank)
         return cached
 
-    def _ring_latency(self, steps_per_rank: int):  # noqa: ANN202
+    def _ring_latency(self, steps_per_rank: int):
         inter = steps_per_rank * (self.domains - 1)
         intra = steps_per_rank * (self.size - 1) - inter
         extra_intra = np.maximum(intra - steps_per_rank * (self._ref_ranks - 1), 0.0)
         extra_inter = np.maximum(inter - steps_per_rank * 1, 0.0)  # reference: two domains
         return extra_intra * self._intra_lat + extra_inter * self._inter_lat
 
-    def busbw(self, nbytes):  # noqa: ANN001, ANN201
+    def busbw(self, nbytes):
         """Achieved busbw (bytes/s) of a collective of `nbytes` on this group."""
         gpu = self.cluster.gpu
         intra = gpu.intra_node.busbw_bytes_per_s(nbytes)
@@ -110,7 +110,7 @@ class Group:
         return np.where(self.crosses, np.minimum(intra, inter), intra)
 
 
-def tree_correction(nbytes):  # noqa: ANN001, ANN201
+def tree_correction(nbytes):
     """NCCL's tree bandwidth correction (Simple protocol) at a message of `nbytes`."""
     log_size = np.floor(np.log2(np.maximum(np.asarray(nbytes, dtype=float), 64.0) / 64.0))
     table = np.array(TREE_CORRECTION_SIMPLE)
@@ -118,7 +118,7 @@ def tree_correction(nbytes):  # noqa: ANN001, ANN201
     return np.where(log_size < len(table), table[idx], 1.0)
 
 
-def all_reduce_time(group: Group, nbytes, calls=1):  # noqa: ANN001, ANN201
+def all_reduce_time(group: Group, nbytes, calls=1):
     """Seconds for `calls` all-reduces of `nbytes` each (0 on a group of one): the ring, or
     across domains the faster of ring and tree as NCCL chooses (module docstring)."""
     nbytes = np.asarray(nbytes, dtype=float)
@@ -137,7 +137,7 @@ def all_reduce_time(group: Group, nbytes, calls=1):  # noqa: ANN001, ANN201
     return np.where(group.size > 1, t * calls, 0.0)
 
 
-def all_gather_time(group: Group, nbytes, calls=1):  # noqa: ANN001, ANN201
+def all_gather_time(group: Group, nbytes, calls=1):
     """Seconds for `calls` all-gathers (or reduce-scatters) whose full buffer is `nbytes`."""
     t = nbytes * group.frac / group.busbw(nbytes) + group.latency(1)
     return np.where(group.size > 1, t * calls, 0.0)
@@ -146,7 +146,7 @@ def all_gather_time(group: Group, nbytes, calls=1):  # noqa: ANN001, ANN201
 reduce_scatter_time = all_gather_time  # same volume and steps per rank (ring)
 
 
-def all_to_all_time(group: Group, nbytes, calls=1):  # noqa: ANN001, ANN201
+def all_to_all_time(group: Group, nbytes, calls=1):
     """Seconds for `calls` all-to-alls where each rank sends `nbytes` in all, 1/n to each peer.
 
     Inside one domain: S (n-1)/n over the intra-node busbw. Across domains nothing aggregates
@@ -171,7 +171,7 @@ def plateau_bytes_per_s(link: LinkProfile) -> float:
     return max(y for _, y in link.busbw_gb_per_s.points) * 1e9
 
 
-def p2p_time(cluster: ClusterSpec, nbytes, crosses_nodes, calls=1):  # noqa: ANN001, ANN201
+def p2p_time(cluster: ClusterSpec, nbytes, crosses_nodes, calls=1):
     """Seconds for `calls` point-to-point sends of `nbytes` (pipeline stage boundaries, CP ring),
     on the NVLink fabric or on one NIC."""
     gpu = cluster.gpu
@@ -196,7 +196,7 @@ DP_BUCKET_ELEMENTS = 40e6
 _COL = (slice(None), None)  # broadcast a per-layout (N,) array against (N, C) stage arrays
 
 
-def tp_stage_time(cluster: ClusterSpec, model, stages, tokens, tp, sp, recompute,  # noqa: ANN001, ANN201
+def tp_stage_time(cluster: ClusterSpec, model, stages, tokens, tp, sp, recompute,
                   dense_gemm, moe_gemm, tp_comm_overlap: bool = False):
     """TP seconds per micro-batch of each stage, and of one activation collective per layout.
 
@@ -240,7 +240,7 @@ def tp_stage_time(cluster: ClusterSpec, model, stages, tokens, tp, sp, recompute
     return tp_mb, tp_one
 
 
-def cp_stage_time(cluster: ClusterSpec, model, layers, tokens, tp, cp, recompute,  # noqa: ANN001, ANN201
+def cp_stage_time(cluster: ClusterSpec, model, layers, tokens, tp, cp, recompute,
                   attention_s, attention_backward_factor: float):
     """CP seconds per micro-batch of each stage: ring exchange of K and V blocks, (cp-1) sends in
     forward, K,V and dK,dV in backward, overlapped with the attention core where it is longer
@@ -261,7 +261,7 @@ def cp_stage_time(cluster: ClusterSpec, model, layers, tokens, tp, cp, recompute
     return layers * cp_layer[_COL]
 
 
-def all_to_all_bytes(model, tokens, tp, sp):  # noqa: ANN001, ANN201
+def all_to_all_bytes(model, tokens, tp, sp):
     """Bytes each rank sends in one MoE dispatch (or combine): its tokens' k routed copies
     (divided over TP with SP) (Megatron alltoall dispatcher); 0 for dense models."""
     if not model.is_moe:
@@ -269,7 +269,7 @@ def all_to_all_bytes(model, tokens, tp, sp):  # noqa: ANN001, ANN201
     return tokens * model.num_experts_per_tok * model.hidden_size * 2 / np.where(sp, tp, 1.0)
 
 
-def ep_stage_time(cluster: ClusterSpec, model, n_moe, a2a_bytes, tp, ep, recompute):  # noqa: ANN001, ANN201
+def ep_stage_time(cluster: ClusterSpec, model, n_moe, a2a_bytes, tp, ep, recompute):
     """EP seconds per micro-batch of each stage: all-to-all dispatch + combine in forward and
     backward (+ forward again under full recompute) on every MoE layer; exposed."""
     if not model.is_moe:
@@ -278,8 +278,8 @@ def ep_stage_time(cluster: ClusterSpec, model, n_moe, a2a_bytes, tp, ep, recompu
     return n_moe * (a2a * (4 + 2 * (recompute == 2)))[_COL]
 
 
-def pp_send_time(cluster: ClusterSpec, model, tokens, tp, pp, dp, cp, sp,  # noqa: ANN001, ANN201
-                 crosses=None):  # noqa: ANN001
+def pp_send_time(cluster: ClusterSpec, model, tokens, tp, pp, dp, cp, sp,
+                 crosses=None):
     """Seconds of one pipeline send: a micro-batch's (SP-sharded) 16-bit activation to the
     next stage, across nodes when the PP group leaves the NVLink domain (or `crosses`)."""
     p2p_bytes = tokens * model.hidden_size * 2 / np.where(sp, tp, 1.0)
@@ -288,8 +288,8 @@ def pp_send_time(cluster: ClusterSpec, model, tokens, tp, pp, dp, cp, sp,  # noq
     return p2p_time(cluster, p2p_bytes, crosses)
 
 
-def pp_p2p_time(cluster: ClusterSpec, model, tokens, tp, pp, dp, cp, vpp, sp, m,  # noqa: ANN001, ANN201
-                stage_mb_s, p2p_overlap: bool = True, crosses=None):  # noqa: ANN001
+def pp_p2p_time(cluster: ClusterSpec, model, tokens, tp, pp, dp, cp, vpp, sp, m,
+                stage_mb_s, p2p_overlap: bool = True, crosses=None):
     """Pipeline send/receive seconds per step, per layout: 2 sends per micro-batch chunk and per
     fill/drain hop. Interleaved 1F1B with overlap_p2p_comm runs the steady-state sends behind
     the next chunk's compute (a chunk = 1/vpp of the stage's micro-batch time, stage_mb_s);
@@ -303,7 +303,7 @@ def pp_p2p_time(cluster: ClusterSpec, model, tokens, tp, pp, dp, cp, vpp, sp, m,
     return np.where(pp > 1, np.where(p2p_overlap & (vpp > 1), p2p_hidden, p2p_blocking), 0.0)
 
 
-def dp_traffic_time(group: Group, params, zero, grad_bytes, unit_bytes):  # noqa: ANN001, ANN201
+def dp_traffic_time(group: Group, params, zero, grad_bytes, unit_bytes):
     """(per-step, per-micro-batch) seconds of the data-parallel traffic for `params` local
     parameters: ZeRO 0 all-reduces the gradients, 1 reduce-scatters them, 1-2 all-gather the
     updated parameters, 2 reduce-scatters per micro-batch, 3 gathers each unit (one layer's
@@ -328,7 +328,7 @@ def dp_traffic_time(group: Group, params, zero, grad_bytes, unit_bytes):  # noqa
     return per_step, per_mb
 
 
-def dp_exposed_time(per_step, per_mb, m, zero, forward_s, recompute_s, backward_s,  # noqa: ANN001, ANN201
+def dp_exposed_time(per_step, per_mb, m, zero, forward_s, recompute_s, backward_s,
                     dp_overlap: float, grad_overlap: bool = True):
     """Seconds per step of DP traffic left exposed. What can hide: per-step reductions behind the
     last micro-batch's backward (and the distributed optimizer's param all-gather behind the

@@ -34,7 +34,7 @@ def attention_backward_factor(attention_kind: str) -> float:
     return BACKWARD_FACTOR if attention_kind == "unfused" else ATTENTION_BACKWARD_FACTOR
 
 
-def backward_time(forward_s, attention_s, attention_kind: str):  # noqa: ANN001, ANN201
+def backward_time(forward_s, attention_s, attention_kind: str):
     """Backward seconds of work whose forward takes forward_s, attention_s of it the attention
     core: BACKWARD_FACTOR x the rest, attention_backward_factor x the core."""
     return (BACKWARD_FACTOR * (forward_s - attention_s)
@@ -59,7 +59,7 @@ class LayerTimes:
         return self.gemm + self.attention + self.elementwise
 
 
-def _gemm_time(flop, peak: float, curve, quant=1.0) -> np.ndarray:  # noqa: ANN001
+def _gemm_time(flop, peak: float, curve, quant=1.0) -> np.ndarray:
     """Seconds of one GEMM of `flop` FLOP read off the square-GEMM efficiency curve, times the
     shape's quantization factor (quantization_factor)."""
     flop = np.asarray(flop, dtype=float)
@@ -73,7 +73,7 @@ def _gemm_time(flop, peak: float, curve, quant=1.0) -> np.ndarray:  # noqa: ANN0
 GEMM_TILE_M, GEMM_TILE_N = 256.0, 128.0
 
 
-def _tile_utilization(a, b, sms: int):  # noqa: ANN001, ANN202
+def _tile_utilization(a, b, sms: int):
     """Useful fraction of the tile-waves an a x b output issues: partial edge tiles (tile
     quantization) and a partly filled last wave of tiles over the SMs (wave quantization),
     guide sec. 3.1-3.2. Outputs under one wave: 1 (cuBLAS splits them along K; the curve's own
@@ -84,7 +84,7 @@ def _tile_utilization(a, b, sms: int):  # noqa: ANN001, ANN202
     return np.where(tiles >= sms, used, 1.0)
 
 
-def quantization_factor(gpu: GpuProfile, curve, m, n, k):  # noqa: ANN001, ANN201
+def quantization_factor(gpu: GpuProfile, curve, m, n, k):
     """Time factor of an (m x k) @ (k x n) GEMM, over its forward output (m x n) and its two
     backward outputs (dgrad m x k, wgrad k x n), against the square GEMMs `curve` was measured
     on (its points are N x N x N GEMMs at x = 2 N^3: their own quantization is in the curve, so
@@ -101,12 +101,12 @@ def quantization_factor(gpu: GpuProfile, curve, m, n, k):  # noqa: ANN001, ANN20
     return sum(ref / _tile_utilization(a, b, gpu.sm_count) for a, b in outputs) / 3.0
 
 
-def shaped_gemm_time(gpu: GpuProfile, peak: float, curve, m, n, k):  # noqa: ANN001, ANN201
+def shaped_gemm_time(gpu: GpuProfile, peak: float, curve, m, n, k):
     """Seconds of an (m x k) @ (k x n) GEMM: its FLOP off the curve, times its quantization."""
     return _gemm_time(2 * m * n * k, peak, curve, quantization_factor(gpu, curve, m, n, k))
 
 
-def matmul_peak_and_curve(gpu: GpuProfile, precision: str):  # noqa: ANN201
+def matmul_peak_and_curve(gpu: GpuProfile, precision: str):
     """(peak FLOP/s, efficiency curve) for the matmul precision; fp8 as Transformer Engine runs
     it: fp8 peak with the fp8 curve when the profile has one, else the bf16 curve."""
     peak = gpu.peak_flops(precision)
@@ -154,10 +154,10 @@ def layer_forward_times(
     gpu: GpuProfile,
     precision: str,
     moe: bool,
-    tokens,  # noqa: ANN001
-    tp,  # noqa: ANN001
-    ep,  # noqa: ANN001
-    sp,  # noqa: ANN001
+    tokens,
+    tp,
+    ep,
+    sp,
     seq_len: int,
     attention_kind: str = "flash",
 ) -> LayerTimes:
@@ -172,7 +172,7 @@ def layer_forward_times(
     qkv_w = model.attention_params - out_w
     mats = 3 if model.activation == "swiglu" else 2
 
-    def proj(m, n_out, k_in):  # noqa: ANN001, ANN202
+    def proj(m, n_out, k_in):
         """One projection GEMM: m tokens, k_in -> n_out features (local after the TP split)."""
         return shaped_gemm_time(gpu, peak, curve, m, n_out, k_in)
 
@@ -221,7 +221,7 @@ def layer_forward_times(
     )
 
 
-def head_forward_time(model: ModelSpec, gpu: GpuProfile, precision: str, tokens, tp):  # noqa: ANN001, ANN201
+def head_forward_time(model: ModelSpec, gpu: GpuProfile, precision: str, tokens, tp):
     """Forward time of the LM head GEMM + cross-entropy on the last stage, per micro-batch.
     The head stays 16-bit in fp8 recipes: Megatron-Core's output_layer is a plain
     tensor_parallel.ColumnParallelLinear, not a Transformer Engine fp8 module."""
@@ -239,7 +239,7 @@ def model_flops_per_step(model: ModelSpec, seq_len: int, global_batch: int) -> f
     return model.train_flops_per_token(seq_len, causal=False) * seq_len * global_batch
 
 
-def recompute_flops_per_step(model: ModelSpec, seq_len: int, global_batch: int, recompute):  # noqa: ANN001, ANN201
+def recompute_flops_per_step(model: ModelSpec, seq_len: int, global_batch: int, recompute):
     """Extra (hardware) FLOP per step from recomputation: 0 none, 1 selective (attention core
     forward again), 2 full (the transformer layers' forward again, not the LM head)."""
     tokens = seq_len * global_batch
@@ -257,7 +257,7 @@ ADAM_BYTES_PER_PARAM = (
 _COL = (slice(None), None)  # broadcast a per-layout (N,) array against (N, C) stage arrays
 
 
-def embedding_forward_time(model: ModelSpec, gpu: GpuProfile, tokens):  # noqa: ANN001, ANN201
+def embedding_forward_time(model: ModelSpec, gpu: GpuProfile, tokens):
     """Forward seconds of the embedding lookup per micro-batch: read + write 2-byte rows."""
     return tokens * model.hidden_size * 2 * 2 / gpu.hbm_bytes_per_s
 
@@ -273,7 +273,7 @@ class StageCompute:
     total: np.ndarray  # forward + backward + recompute + launch overhead + exposed offload
 
 
-def offload_exposed_time(gpu: GpuProfile, t: LayerTimes, copy_bytes, attention_kind: str):  # noqa: ANN001, ANN201
+def offload_exposed_time(gpu: GpuProfile, t: LayerTimes, copy_bytes, attention_kind: str):
     """Seconds per layer and micro-batch that activation offload adds: the layer's activations
     go to host memory in forward and come back in backward over the host link, behind that
     layer's compute where they are shorter."""
@@ -284,14 +284,14 @@ def offload_exposed_time(gpu: GpuProfile, t: LayerTimes, copy_bytes, attention_k
 
 def stage_compute_time(
     gpu: GpuProfile,
-    stages,  # noqa: ANN001 - mapping of StageFeatures fields to (N, C) arrays
+    stages,
     dense: LayerTimes,
     moe: LayerTimes,
-    head_s,  # noqa: ANN001
-    emb_s,  # noqa: ANN001
-    recompute,  # noqa: ANN001
+    head_s,
+    emb_s,
+    recompute,
     attention_kind: str,
-    offload_bytes=None,  # noqa: ANN001 - (dense, moe) bytes one layer copies out, per layout
+    offload_bytes=None,
 ) -> StageCompute:
     """Compute seconds per micro-batch of each stage from its layer counts: forward, backward
     (backward_time), recomputation and the per-layer host launch time (profile.
@@ -321,7 +321,7 @@ def stage_compute_time(
                         total=total)
 
 
-def optimizer_time(gpu: GpuProfile, local_params):  # noqa: ANN001, ANN201
+def optimizer_time(gpu: GpuProfile, local_params):
     """Seconds of the Adam step over `local_params` parameters at HBM bandwidth, plus the
     profile's per-step overhead (folded here so the time_* columns add up to the step)."""
     return local_params * ADAM_BYTES_PER_PARAM / gpu.hbm_bytes_per_s + gpu.step_overhead_s

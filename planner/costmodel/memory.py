@@ -86,7 +86,7 @@ GRAD_RECIPES: dict[str, tuple[float | None, float, float]] = {
 }
 
 
-def grad_reduce_bytes(zero, grad_dtype: str = "auto"):  # noqa: ANN001, ANN201
+def grad_reduce_bytes(zero, grad_dtype: str = "auto"):
     """Bytes per gradient element the DP reduction sends (fp32 when an fp32 buffer exists)."""
     width, extra, _ = GRAD_RECIPES[grad_dtype]
     if extra:
@@ -96,7 +96,7 @@ def grad_reduce_bytes(zero, grad_dtype: str = "auto"):  # noqa: ANN001, ANN201
     )
 
 
-def param_state_arrays(zero, d, grad_dtype: str = "auto"):  # noqa: ANN001, ANN201
+def param_state_arrays(zero, d, grad_dtype: str = "auto"):
     """Vectorized param_state_bytes; grad_dtype a JobSpec recipe (GRAD_RECIPES)."""
     zero = np.asarray(zero, dtype=int)
     d = np.asarray(d, dtype=float)
@@ -108,7 +108,7 @@ def param_state_arrays(zero, d, grad_dtype: str = "auto"):  # noqa: ANN001, ANN2
     return w, g, o
 
 
-def step_grad_bytes(d, grad_dtype: str = "auto"):  # noqa: ANN001, ANN201
+def step_grad_bytes(d, grad_dtype: str = "auto"):
     """Bytes per parameter of the fp32 gradient shard a recipe creates at the optimizer step
     (after the backward, beside the persistent gradients; see GRAD_RECIPES)."""
     return GRAD_RECIPES[grad_dtype][2] / np.asarray(d, dtype=float)
@@ -207,7 +207,7 @@ def layer_activation(
     )
 
 
-def activation_per_token(act: LayerActivation, tp, sp, recompute, keys, flash: bool = True):  # noqa: ANN001, ANN201, E501
+def activation_per_token(act: LayerActivation, tp, sp, recompute, keys, flash: bool = True):
     """Stored bytes per local token of one layer (vectorized over layouts).
 
     tp: TP degree; sp: bool array; recompute: 0 none, 1 selective, 2 full, 3 offload (nothing
@@ -227,7 +227,7 @@ def activation_per_token(act: LayerActivation, tp, sp, recompute, keys, flash: b
                      [base + core, base, np.zeros_like(base)], default=full)
 
 
-def full_layer_activation_per_token(act: LayerActivation, tp, sp, keys, flash: bool = True):  # noqa: ANN001, ANN201
+def full_layer_activation_per_token(act: LayerActivation, tp, sp, keys, flash: bool = True):
     """One layer's activations without recompute: the working set full recompute rebuilds."""
     return activation_per_token(act, tp, sp, np.zeros_like(np.asarray(tp)), keys, flash)
 
@@ -257,7 +257,7 @@ DS_REDUCE_BUCKET_ELEMENTS = 5e8
 EAGER_CUDA_CONTEXT_EXTRA_GIB = (1573 - 300) / 1024
 
 
-def largest_grad_elements(model: ModelSpec, end_stage):  # noqa: ANN001, ANN201
+def largest_grad_elements(model: ModelSpec, end_stage):
     """Elements of the largest gradient tensor on a stage, all TP ranks together: the
     vocab-parallel embedding / LM head (V x h) where the stage holds one (`end_stage` true),
     else the largest matrix of a layer (fused QKV, the MLP's first matrix: gate and up fused
@@ -275,7 +275,7 @@ def largest_grad_elements(model: ModelSpec, end_stage):  # noqa: ANN001, ANN201
     return np.where(np.asarray(end_stage) > 0, max(layer, model.vocab_size * h), layer)
 
 
-def recipe_buffers(software: str, grad_dtype: str, grad_elements, stage_params):  # noqa: ANN001, ANN201
+def recipe_buffers(software: str, grad_dtype: str, grad_elements, stage_params):
     """(during_backward, after_backward) transient bytes of the software's gradient recipe on
     one GPU. grad_elements: elements of the GPU's largest gradient tensor; stage_params:
     parameters on the GPU. during_backward coexists with the activations; after_backward (the
@@ -304,11 +304,11 @@ NCCL_PAIR_COMM_BYTES = 544e6
 NCCL_COMM_BYTES = 688e6
 
 
-def _comm_bytes(ranks):  # noqa: ANN001, ANN202
+def _comm_bytes(ranks):
     return np.where(ranks > 2, NCCL_COMM_BYTES, np.where(ranks == 2, NCCL_PAIR_COMM_BYTES, 0.0))
 
 
-def runtime_extra_bytes(software: str, tp, pp, end_stage):  # noqa: ANN001, ANN201
+def runtime_extra_bytes(software: str, tp, pp, end_stage):
     """Per-GPU runtime memory beyond the GPU profile's reserve, bytes (vectorized over layouts
     and stages): for "deepspeed-2022" the eager CUDA context (EAGER_CUDA_CONTEXT_EXTRA_GIB) and
     the NCCL communicators of the pipeline engine's extra groups; none for current software."""
@@ -342,7 +342,7 @@ class StageState:
     unit: np.ndarray  # one layer's 16-bit params on one GPU, the FSDP / ZeRO-3 unit, bytes
 
 
-def stage_state(stages, tp, dp, cp, ep, zero, grad_dtype: str = "auto") -> StageState:  # noqa: ANN001
+def stage_state(stages, tp, dp, cp, ep, zero, grad_dtype: str = "auto") -> StageState:
     """Weights, gradients and optimizer state of each stage's GPU (param_state_arrays on its
     local parameters; experts sharded over ep as well)."""
     col, st = _COL, stages
@@ -362,7 +362,7 @@ def stage_state(stages, tp, dp, cp, ep, zero, grad_dtype: str = "auto") -> Stage
     )
 
 
-def stage_activation_bytes(model: ModelSpec, stages, tokens, tp, sp, recompute, flight,  # noqa: ANN001, ANN201
+def stage_activation_bytes(model: ModelSpec, stages, tokens, tp, sp, recompute, flight,
                            per_token, full_per_token):
     """Activation bytes of one GPU of each stage at its peak: `flight` micro-batches of its
     layers (per_token = (dense, moe) activation_per_token), the embedding's input ids on the
@@ -388,7 +388,7 @@ def stage_activation_bytes(model: ModelSpec, stages, tokens, tp, sp, recompute, 
     )
 
 
-def stage_other_bytes(model: ModelSpec, software: str, grad_dtype: str, stages, state: StageState,  # noqa: ANN001, ANN201, E501
+def stage_other_bytes(model: ModelSpec, software: str, grad_dtype: str, stages, state: StageState,
                       tokens, tp, pp, ep, zero, a2a_bytes, activations):
     """Temporary buffers of one GPU of each stage: the largest collective's (the SP all-gather
     output, or the all-to-all send + receive), ZeRO-2/3 unsharded units (nothing gathered on a

@@ -150,7 +150,7 @@ def in_flight(
     return np.where(vpp > 1, chunks / np.maximum(vpp, 1), plain)
 
 
-def bubble_fraction(pp, vpp, m, schedule: Schedule = "1f1b"):  # noqa: ANN001, ANN201
+def bubble_fraction(pp, vpp, m, schedule: Schedule = "1f1b"):
     """Bubble time relative to the ideal (bubble-free) compute time: (p-1)/(v m) for
     (interleaved) 1F1B, (p-1)/m for GPipe (Narayanan 2021 eqs. 1 and 2). This is the metric
     seed 001 Ex 9.6 uses; the fraction of the whole step is (p-1)/(v m + p - 1)."""
@@ -158,7 +158,7 @@ def bubble_fraction(pp, vpp, m, schedule: Schedule = "1f1b"):  # noqa: ANN001, A
     return (np.asarray(pp) - 1) / (np.asarray(v) * np.asarray(m))
 
 
-def bubble_slots(pp, vpp, m):  # noqa: ANN001, ANN201
+def bubble_slots(pp, vpp, m):
     """Idle time of the slowest stage per step, in units of its per-micro-batch time.
 
     m >= pp: (pp - 1) / vpp (Narayanan 2021 sec. 2.2.2). m < pp: a round of chunks cannot start

@@ -40,14 +40,14 @@ from planner.layout import Layout
 from planner.specs import GIB, JobSpec, ModelSpec, PooledCluster
 
 
-def pool_stage_counts(pooled: PooledCluster, tp, cp, dp, order: Sequence[int]):  # noqa: ANN001, ANN201
+def pool_stage_counts(pooled: PooledCluster, tp, cp, dp, order: Sequence[int]):
     """Stages each pool holds, in `order`, per layout: GPUs of the pool / (tp cp dp); an
     (N, pools) int array."""
     width = np.asarray(tp * cp * dp, dtype=np.int64)
     return np.stack([pooled.pools[j].num_gpus // width for j in order], axis=1)
 
 
-def stage_pool_index(pooled: PooledCluster, tp, cp, dp, order: Sequence[int],  # noqa: ANN001, ANN201
+def stage_pool_index(pooled: PooledCluster, tp, cp, dp, order: Sequence[int],
                      stage_index: np.ndarray) -> np.ndarray:
     """Pool (index into pooled.pools) of each stage ((N, C) stage indices)."""
     counts = pool_stage_counts(pooled, tp, cp, dp, order)
@@ -78,7 +78,7 @@ def estimate_pooled_batch(
         t = _stage_times(model, cl, job, x, st)
         parts.append((j, cl, t, _stage_memory(model, cl, job, x, st, t)))
 
-    def per_stage(get) -> np.ndarray:  # noqa: ANN001
+    def per_stage(get) -> np.ndarray:
         out = np.zeros(st["index"].shape)
         for j, _, t, mem in parts:
             out = np.where(pool == j, get(t, mem), out)

@@ -10,7 +10,7 @@ deepspeedai/Megatron-DeepSpeed 4efb479d5317ce9b86096b9d8e3e8030b0b5263b (megatro
 known_keys/megatron_deepspeed.txt).
 
 What DeepSpeed runs differs from Megatron-Core, and the planner's job recipe says so
-(planner/runs.py recipe_of, JobSpec): 16-bit gradients (grad_dtype half), gradient reduction after
+(planner/stacks.py recipe_of, JobSpec): 16-bit gradients (grad_dtype half), gradient reduction after
 the backward under its pipeline engine, no interleaved schedule, no TP-communication overlap.
 """
 

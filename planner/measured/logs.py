@@ -151,7 +151,7 @@ def _config_yaml(text: str) -> dict[str, Any] | None:
 
     Loader.add_multi_constructor("", lambda loader, suffix, node: None)
     try:
-        data = yaml.load("\n".join(block), Loader=Loader)  # noqa: S506 - SafeLoader subclass
+        data = yaml.load("\n".join(block), Loader=Loader)
     except yaml.YAMLError:
         return None
     return data if isinstance(data, dict) else None

@@ -21,9 +21,7 @@ from planner import limits
 from planner.errors import PlannerError, SpecError
 from planner.layout import KNOBS, RECOMPUTE_LEVELS, Layout
 from planner.specs import ClusterSpec, GpuProfile, JobSpec, ModelSpec
-from planner.stacks import DEFAULT_STACK, recipe_of, resolve_stack
-
-__all__ = ["recipe_of"]  # moved to planner.stacks; kept importable from here
+from planner.stacks import DEFAULT_STACK, resolve_stack
 
 # The project's calibration set (published measured runs, with its README of columns, sources and
 # caveats) is package data: planner/data/published_runs.csv; PLANNER_PUBLISHED_RUNS overrides it.
@@ -121,11 +119,6 @@ def _num(value: Any, col: str = "value") -> float | None:
     if not math.isfinite(x):
         raise SpecError(f"{col}: {value} is not a finite number")
     return x
-
-
-def _text(value: Any) -> str:
-    """A cell as text ('' for an empty one)."""
-    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
 
 
 def _int(value: Any, col: str) -> int | None:

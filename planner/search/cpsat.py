@@ -168,7 +168,7 @@ class _Collector(cmh.SolutionCallback):
         self.variables = variables
         self.rows: list[tuple[int, ...]] = []
 
-    def OnSolutionCallback(self) -> None:  # noqa: N802 - the pybind hook's name
+    def OnSolutionCallback(self) -> None:
         self.rows.append(tuple(self.SolutionIntegerValue(v) for v in self.variables))
 
 

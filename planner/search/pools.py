@@ -84,7 +84,7 @@ def pooled_knobs(model: ModelSpec, pooled: PooledCluster, job: JobSpec,
 
 
 def _tables(model: ModelSpec, pooled: PooledCluster, job: JobSpec,
-            knobs: Mapping[str, np.ndarray], pp: int, width: int):  # noqa: ANN202
+            knobs: Mapping[str, np.ndarray], pp: int, width: int):
     """Per pool: (time s, memory bytes) of every (stage, layer count) row, (rows, pp * width)."""
     from planner.costmodel.batch import stage_costs
 
@@ -92,7 +92,7 @@ def _tables(model: ModelSpec, pooled: PooledCluster, job: JobSpec,
     return [stage_costs(model, cl, job, knobs, feats) for cl in pooled.pools]
 
 
-def _problem(tables, stage_pool: Sequence[int], row: int, pp: int, width: int,  # noqa: ANN001
+def _problem(tables, stage_pool: Sequence[int], row: int, pp: int, width: int,
              layers: int, caps: Sequence[float]) -> SplitProblem:
     """The split problem of one layout and pool order: stage i's rows from its pool's table."""
     time = np.empty((pp, width))

@@ -50,7 +50,7 @@ class Curve(BaseModel):
 
         return float(self.interp(np.asarray(x, dtype=float)))
 
-    def interp(self, x):  # noqa: ANN001, ANN201 - numpy in, numpy out
+    def interp(self, x):
         """Vectorized y at x (numpy array), log-x linear interpolation, clamped."""
         import numpy as np
 
@@ -79,7 +79,7 @@ class LinkProfile(BaseModel):
         default=0.0, description="Fixed latency per collective call, microseconds."
     )
 
-    def busbw_bytes_per_s(self, message_bytes):  # noqa: ANN001, ANN201 - float or numpy
+    def busbw_bytes_per_s(self, message_bytes):
         """Bus bandwidth achieved at this message size, bytes/s."""
         return self.busbw_gb_per_s.interp(message_bytes) * 1e9
 

@@ -31,7 +31,7 @@ SHARE = {"solve": 0.04, "estimate": 0.06, "validate": 0.04, "calibrate": 0.04, "
 MAX_SECONDS = 60.0  # an example slower than this is a hang
 
 
-def fuzz_settings(name: str):  # noqa: ANN201 - a hypothesis settings decorator
+def fuzz_settings(name: str):
     return settings(max_examples=max(10, int(TOTAL * SHARE[name])), deadline=timedelta(minutes=1),
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
                     derandomize=not EXPLORE, database=None)
@@ -63,12 +63,12 @@ def paths(tmp_path_factory):
     return root
 
 
-def bad_paths(root) -> list[str]:  # noqa: ANN001
+def bad_paths(root) -> list[str]:
     return ["", str(root / "folder"), str(root / "plain" / "x.out")]
 
 
 @st.composite
-def options(draw, domains: dict[str, tuple[list[str], list[str]]], flags: list[str],  # noqa: ANN001, ANN201
+def options(draw, domains: dict[str, tuple[list[str], list[str]]], flags: list[str],
             required: tuple[str, ...] = ()):
     """(argv tokens, whether any value is outside its domain): each option absent, good or bad
     (about half the examples have no bad value, the others one or two), flags on or off, the
@@ -110,7 +110,7 @@ def check(args: list[str], bad: bool, allowed: tuple[int, ...] = (0, 1, 2)) -> N
         assert result.code == 2, ("accepted a value outside its domain", args, result.stderr)
 
 
-def model_cluster(paths) -> dict[str, tuple[list[str], list[str]]]:  # noqa: ANN001
+def model_cluster(paths) -> dict[str, tuple[list[str], list[str]]]:
     return {
         "--model": (["llama70b", "llama2-7b", "mixtral", "gpt3-175b", "deepseek-v3"],
                     ["", "m" * 300, "nosuch-model", "a/b/c.yaml", str(paths / "latin1.yaml"),
@@ -234,7 +234,7 @@ def monkeypatch_module():
 
     mp = pytest.MonkeyPatch()
 
-    def refuse(*_args, **_kwargs):  # noqa: ANN202
+    def refuse(*_args, **_kwargs):
         raise AssertionError("planner profile launched torchrun on fuzzed input")
 
     mp.setattr(launch, "run_torchrun", refuse)

@@ -83,7 +83,7 @@ def test_export_writes_first_and_last_stage_layers():
     model, cluster = load_model("llama3-405b"), parse_cluster("16384xH100")
     job = JobSpec(seq_len=8192, global_batch=2048)
 
-    def plan(counts):  # noqa: ANN001, ANN202
+    def plan(counts):
         return LaunchPlan(model, cluster, job, Layout(tp=8, pp=16, dp=128, zero=1, sp=True,
                                                       stage_layers=counts), 10.0)
 

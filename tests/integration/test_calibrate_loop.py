@@ -13,11 +13,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-from planner.calibrate.fewshot import few_shot_fit  # noqa: E402
-from planner.layout import Layout  # noqa: E402
-from planner.measured.runs import load_records  # noqa: E402
-from planner.specs import ClusterSpec, Curve, GpuProfile, JobSpec, LinkProfile, ModelSpec  # noqa: E402
-from planner.validate.loop import default_validate_run  # noqa: E402
+from planner.calibrate.fewshot import few_shot_fit
+from planner.layout import Layout
+from planner.measured.runs import load_records
+from planner.specs import ClusterSpec, Curve, GpuProfile, JobSpec, LinkProfile, ModelSpec
+from planner.validate.loop import default_validate_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.dist]
 

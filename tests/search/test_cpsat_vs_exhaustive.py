@@ -257,7 +257,7 @@ def test_objective_too_large_for_int64_coarsens_the_time_unit() -> None:
     oracle's top plans."""
     from planner.search.problem import OBJECTIVE_SUM_LIMIT, TIME_UNIT_S
 
-    def slow_batch(model, cluster, job, knobs):  # noqa: ANN001, ANN202
+    def slow_batch(model, cluster, job, knobs):
         cols = standin_batch(model, cluster, job, knobs)
         return {**cols, "step_time_s": cols["step_time_s"] * 1e9}
 

@@ -16,7 +16,7 @@ from planner.specs import ClusterSpec, Curve, GpuProfile, JobSpec, LinkProfile, 
 TINY_US = 1e-9  # LinkProfile latencies must be positive; this one is negligible
 
 
-def gpt3_175b(**overrides) -> ModelSpec:  # noqa: ANN003
+def gpt3_175b(**overrides) -> ModelSpec:
     fields = dict(
         name="gpt3-175b-test", num_hidden_layers=96, hidden_size=12288, num_attention_heads=96,
         intermediate_size=4 * 12288, vocab_size=51200, activation="gelu", norm="layernorm",
@@ -27,7 +27,7 @@ def gpt3_175b(**overrides) -> ModelSpec:  # noqa: ANN003
     return ModelSpec(**fields)
 
 
-def llama_like(**overrides) -> ModelSpec:  # noqa: ANN003
+def llama_like(**overrides) -> ModelSpec:
     """Llama 2 70B shape (Touvron et al. 2023): 80 layers, h 8192, 64 heads, 8 KV, ffn 28672."""
     fields = dict(
         name="llama-like", num_hidden_layers=80, hidden_size=8192, num_attention_heads=64,
@@ -60,7 +60,7 @@ def a100() -> GpuProfile:
 
 
 def flat_gpu(tflops: float = 100.0, eff: float = 0.5, intra_gb: float = 100.0,
-             inter_gb: float = 10.0, memory_gib: float = 80.0, **extra) -> GpuProfile:  # noqa: ANN003
+             inter_gb: float = 10.0, memory_gib: float = 80.0, **extra) -> GpuProfile:
     """Flat curves and negligible latency: every time is a hand computation."""
     fields = dict(
         name="flat", peak_bf16_tflops=tflops, peak_fp16_tflops=tflops, peak_fp8_tflops=2 * tflops,
@@ -85,7 +85,7 @@ def cluster(gpu: GpuProfile, num_gpus: int) -> ClusterSpec:
     return ClusterSpec(gpu=gpu, num_nodes=num_gpus // per, gpus_per_node=per)
 
 
-def job(model: ModelSpec, **overrides) -> JobSpec:  # noqa: ANN003
+def job(model: ModelSpec, **overrides) -> JobSpec:
     fields = dict(seq_len=model.seq_len, global_batch=model.global_batch)
     fields.update(overrides)
     return JobSpec(**fields)

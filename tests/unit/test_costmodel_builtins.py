@@ -14,7 +14,7 @@ from planner.registry import builtin_gpus, builtin_models
 from planner.specs import ClusterSpec, JobSpec
 
 
-def _layouts(model, cluster, job):  # noqa: ANN001, ANN202
+def _layouts(model, cluster, job):
     n = cluster.num_gpus
     out = []
     for tp in (1, 2, 4, 8):

@@ -58,7 +58,7 @@ def test_intra_node_busbw_follows_the_curve():
     assert t == pytest.approx(2 * 67108864 * 7 / 8 / 166.6e9)
 
 
-def _spread_group(latency_us: float = 10.0, ranks: int = 64):  # noqa: ANN202
+def _spread_group(latency_us: float = 10.0, ranks: int = 64):
     """`ranks` ranks one per node (stride 8) on flat curves: intra 100, one NIC at 10 GB/s."""
     gpu = flat_gpu(intra_gb=100, inter_gb=10)
     gpu = gpu.model_copy(update={

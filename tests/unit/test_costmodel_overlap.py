@@ -22,7 +22,7 @@ def _tp_one(busbw: float) -> float:
     return 2 * (S * H * 2) * (T - 1) / T / busbw
 
 
-def _estimate(gpu, **job_fields):  # noqa: ANN001, ANN003, ANN202
+def _estimate(gpu, **job_fields):
     model = llama_like()
     lo = Layout(tp=T, pp=1, dp=1, mbs=1, zero=0, recompute="none", sp=True)
     return estimate(model, cluster(gpu, T), job(model, global_batch=1, **job_fields), lo)

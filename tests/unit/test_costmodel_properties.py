@@ -34,7 +34,7 @@ SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
 
 
 @st.composite
-def cases(draw, even_pp: bool = False):  # noqa: ANN001, ANN201
+def cases(draw, even_pp: bool = False):
     model = draw(st.sampled_from(MODELS))
     tp = draw(st.sampled_from([1, 2, 4, 8]))
     pp_choices = [p for p in (1, 2, 4, 8) if model.num_hidden_layers % p == 0] if even_pp \
@@ -54,7 +54,7 @@ def cases(draw, even_pp: bool = False):  # noqa: ANN001, ANN201
     return model, lo
 
 
-def _one(model: ModelSpec, lo: Layout, **job_kw) -> dict:  # noqa: ANN003
+def _one(model: ModelSpec, lo: Layout, **job_kw) -> dict:
     cols = estimate_batch(model, BIG, job(model, **job_kw), [lo])
     return {k: v[0] for k, v in cols.items()}
 

@@ -121,7 +121,7 @@ def test_cudnn_attention_runs_at_the_fused_efficiency():
         estimate(model, plain, job(model, global_batch=1), lo).time_compute_s)
 
 
-def _offload_pair(link_gb_per_s: float):  # noqa: ANN202
+def _offload_pair(link_gb_per_s: float):
     model = llama_like()
     gpu = flat_gpu(memory_gib=10_000, host_link_gb_per_s=link_gb_per_s)
     cl = cluster(gpu, 8)

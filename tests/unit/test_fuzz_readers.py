@@ -33,7 +33,7 @@ SHARE = {"model": 0.16, "hf": 0.1, "profile": 0.16, "cluster": 0.1, "table": 0.1
          "records": 0.12}  # with the CLI tests' 0.21: the whole budget
 
 
-def fuzz_settings(name: str):  # noqa: ANN201
+def fuzz_settings(name: str):
     return settings(max_examples=max(10, int(TOTAL * SHARE[name])), deadline=timedelta(minutes=1),
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
                     derandomize=not EXPLORE, database=None)
@@ -44,7 +44,7 @@ ODD = st.sampled_from([None, True, False, 0, -1, -8, 1, 2.5, 1e30, 10**30, 2**63
                        {"a": 1}, 0.5, 1.0, 5.0, 64, 100])
 
 
-def mutated(base: dict, draw) -> tuple[dict, str, object]:  # noqa: ANN001
+def mutated(base: dict, draw) -> tuple[dict, str, object]:
     """`base` with one key (existing, nested one level, or new) set to an odd value."""
     keys = sorted(base)
     key = draw(st.sampled_from([*keys, "no_such_field"]))
@@ -61,7 +61,7 @@ def mutated(base: dict, draw) -> tuple[dict, str, object]:  # noqa: ANN001
     return data, key, value
 
 
-def write(tmp, name: str, data, draw) -> str:  # noqa: ANN001
+def write(tmp, name: str, data, draw) -> str:
     """Write `data` as YAML or JSON, or as damaged bytes of it."""
     path = tmp / name
     text = json.dumps(data) if name.endswith(".json") else yaml.safe_dump(data)
@@ -111,7 +111,7 @@ def check_gpu(gpu: GpuProfile) -> None:
     assert type(gpu.gpus_per_node) is int and 1 <= gpu.gpus_per_node <= limits.MAX_GPUS_PER_NODE
 
 
-def outcome(read, check) -> None:  # noqa: ANN001
+def outcome(read, check) -> None:
     """read() returns something `check` accepts, or raises the user-facing error."""
     try:
         value = read()
@@ -174,7 +174,7 @@ def test_fuzz_cluster_files(tmp_path_factory, data):
     cluster, key, value = mutated(base, data.draw)
     path = write(tmp, "c.yaml", cluster, data.draw)
 
-    def check(c):  # noqa: ANN001, ANN202
+    def check(c):
         assert type(c.num_nodes) is int and type(c.gpus_per_node) is int
         assert 1 <= c.num_gpus <= limits.MAX_GPUS
         check_gpu(c.gpu)
@@ -182,7 +182,7 @@ def test_fuzz_cluster_files(tmp_path_factory, data):
     outcome(lambda: parse_cluster(path), check)
 
 
-def check_runs(result) -> None:  # noqa: ANN001
+def check_runs(result) -> None:
     """Every run returned is a fit input inside physics; every skip has a one-line reason."""
     runs, skipped = result
     for skip in skipped:

@@ -195,7 +195,7 @@ def test_a_signal_while_torchrun_starts_still_ends_it(tmp_path: Path, monkeypatc
     started = []
     real_popen = subprocess.Popen
 
-    def popen_signalled_midway(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def popen_signalled_midway(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.05)  # the handler has run (deferred) before the process exists
         proc = real_popen(*args, **kwargs)

@@ -162,7 +162,7 @@ def bloom():
     return {r.run_id: r for r in runs if r.source_id == "bloom_prequel"}
 
 
-def _fits(run) -> tuple[bool, float]:  # noqa: ANN001
+def _fits(run) -> tuple[bool, float]:
     est = estimate(run.model, run.cluster, run.job, run.layout)
     return est.fits, est.peak_mem_gb
 

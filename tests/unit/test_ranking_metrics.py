@@ -14,7 +14,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def _load_ranking():  # noqa: ANN202 - the benchmark module
+def _load_ranking():
     sys.path.insert(0, str(BENCH))
     try:
         spec = importlib.util.spec_from_file_location("ranking_bench", BENCH / "ranking.py")
@@ -79,13 +79,13 @@ def test_summary_pools_pairs_and_averages_groups() -> None:
 
 
 @pytest.fixture(scope="module")
-def published_groups():  # noqa: ANN201
+def published_groups():
     tables = [rk.PUBLISHED_RUNS_CSV]
     runs, _ = rk.load_all(tables)
     return rk.build_groups(runs, rk.frameworks_of(tables), rk.Predictor())
 
 
-def test_groups_match_an_independent_groupby(published_groups) -> None:  # noqa: ANN001
+def test_groups_match_an_independent_groupby(published_groups) -> None:
     """Every group of >= 3 timed layouts the table's own columns define (model shape, GPU, GPU
     count, batch, sequence, precision, framework) is found, no group has fewer than 3 layouts,
     and no layout is counted twice."""
@@ -109,7 +109,7 @@ def test_groups_match_an_independent_groupby(published_groups) -> None:  # noqa:
     assert set(per_source.index) == set(upper.index)
 
 
-def test_stack_fit_never_sees_the_groups_own_runs(published_groups, monkeypatch) -> None:  # noqa: ANN001
+def test_stack_fit_never_sees_the_groups_own_runs(published_groups, monkeypatch) -> None:
     """--stack-fit fits on the same source and GPU, leaving out every run of the group (its
     repeats of one layout and the runs the cost model refused included)."""
     import planner.calibrate as cal
@@ -117,10 +117,10 @@ def test_stack_fit_never_sees_the_groups_own_runs(published_groups, monkeypatch)
     seen: dict[str, list] = {}
 
     class Fit:
-        def __init__(self, profile) -> None:  # noqa: ANN001
+        def __init__(self, profile) -> None:
             self.profile = profile
 
-    def fake(profile, runs, **kw):  # noqa: ANN001, ANN003, ANN202
+    def fake(profile, runs, **kw):
         seen["runs"], seen["names"] = list(runs), kw.get("names")
         return Fit(profile)
 
@@ -136,7 +136,7 @@ def test_stack_fit_never_sees_the_groups_own_runs(published_groups, monkeypatch)
 
 
 @pytest.mark.slow
-def test_closed_loop_does_not_lose_pairs(published_groups) -> None:  # noqa: ANN001
+def test_closed_loop_does_not_lose_pairs(published_groups) -> None:
     """Replaying `solve --calibrate 3` on every group with at least 2 layouts left unrun, the
     refitted ranking orders at least as many measured pairs right as the stock one. (With the
     first 3 plans run, calibrate's fit lost pairs on BLOOM 182B (h=13312, L=84); the runs that
@@ -145,14 +145,14 @@ def test_closed_loop_does_not_lose_pairs(published_groups) -> None:  # noqa: ANN
 
 
 @pytest.mark.slow
-def test_closed_loop_fitting_the_stacks_knobs_keeps_pairs(published_groups) -> None:  # noqa: ANN001
+def test_closed_loop_fitting_the_stacks_knobs_keeps_pairs(published_groups) -> None:
     """The same replay with the refit restricted to the knobs a stack's own runs identify (GEMM
     scale, time per layer pass, NVLink collective bandwidth): no group loses a pair."""
     _assert_loop_keeps_pairs(published_groups,
                              knobs=("gemm_scale", "layer_overhead_us", "intra_bw_scale"))
 
 
-def _assert_loop_keeps_pairs(groups, knobs) -> None:  # noqa: ANN001
+def _assert_loop_keeps_pairs(groups, knobs) -> None:
     k = 3
     looped = [g for g in groups if len(g.layouts) >= rk.loop_min_layouts(k)]
     assert looped, "the published runs have groups large enough for the loop"
@@ -163,7 +163,7 @@ def _assert_loop_keeps_pairs(groups, knobs) -> None:  # noqa: ANN001
         assert loop["loop_pairs_right"] >= stock["pairs_right"], g.key
 
 
-def test_main_on_a_sweep_table(tmp_path, capsys) -> None:  # noqa: ANN001
+def test_main_on_a_sweep_table(tmp_path, capsys) -> None:
     """A user's sweep table with the published columns: one group, its metrics by hand."""
     frame = pd.read_csv(rk.PUBLISHED_RUNS_CSV)
     rows = frame[(frame["source_id"] == "dlperf_megatron_v100") & (frame["num_gpus"] == 8)

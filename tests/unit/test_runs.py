@@ -16,10 +16,10 @@ from planner.measured.runs import (
     load_runs,
     load_table,
     precision_of,
-    recipe_of,
     step_time_of,
     zero_of,
 )
+from planner.stacks import recipe_of
 
 
 def _resolver(name: str):

@@ -15,7 +15,7 @@ from planner.measured.runs import PUBLISHED_RUNS_CSV, load_records, load_table
 from planner.registry import load_gpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
-from inproc import assert_one_line_exit_2, invoke  # noqa: E402
+from inproc import assert_one_line_exit_2, invoke
 
 
 def published_row(source_id: str, row_id: int) -> dict:
