@@ -30,7 +30,7 @@ _LAZY = {
     "ModelSpec": "planner.specs", "PooledCluster": "planner.specs",
     "Estimate": "planner.costmodel", "estimate": "planner.costmodel",
     "Plan": "planner.plan", "solve": "planner.search",
-    "Explanation": "planner.explain", "explain": "planner.explain",
+    "Explanation": "planner.explanation", "explain": "planner.explanation",
     "resolve_stack": "planner.stacks", "MeasuredRun": "planner.measured.runs",
     "load_runs": "planner.measured.runs",
 }
@@ -44,7 +44,7 @@ __all__ = [
     "parse_cluster_or_pools", "resolve_stack", "load_runs", "MeasuredRun",
     # the planner: one layout's prediction, the ranked plans, one plan explained
     "estimate", "Estimate", "solve", "Plan", "explain", "Explanation",
-    # errors (PlannerError: every one the planner raises; exit 2 SpecError/LayoutError, 1 infeasible)
+    # errors: PlannerError is every one the planner raises (CLI exit 2; InfeasibleError exit 1)
     "PlannerError", "SpecError", "LayoutError", "InfeasibleError",
 ]
 

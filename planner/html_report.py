@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from planner.explain import Explanation
+    from planner.explanation import Explanation
     from planner.plan import Plan
     from planner.specs import ClusterSpec, JobSpec, ModelSpec
 

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("measured", ("planner.measured",)),
     ("calibrate", ("planner.calibrate",)),
     ("validate", ("planner.validate",)),
-    ("reports", ("planner.economics", "planner.report", "planner.explain", "planner.figures",
+    ("reports", ("planner.economics", "planner.report", "planner.explanation", "planner.figures",
                  "planner.html_report")),
     ("cli", ("planner.cli", "planner.__main__", "planner")),  # planner/__init__: the public API
 )

@@ -36,7 +36,7 @@ def test_every_public_name_resolves_to_its_home():
             assert obj.__doc__, f"planner.{name} has no docstring"
     assert planner.solve.__module__ == "planner.search"
     assert planner.estimate.__module__ == "planner.costmodel"
-    assert planner.explain.__module__ == "planner.explain"
+    assert planner.explain.__module__ == "planner.explanation"
 
 
 def test_star_import_gives_exactly_all():
@@ -63,4 +63,4 @@ def test_readme_library_example_runs():
                          timeout=300)
     assert out.returncode == 0, out.stderr
     # it prints the estimate's step time and the best plan's layout, explained
-    assert re.search(r"tp\d+-pp\d+-dp\d+", out.stdout)
+    assert re.search(r"tp8-pp\d+-dp\d+", out.stdout)  # the pinned tp, explained

@@ -173,7 +173,7 @@ def explain_cmd(
 ) -> None:
     """Explain one plan: where the time and memory go, what binds, the change that helps most
     (re-estimated), and why its neighbours in the ranking lose."""
-    from planner.explain import explain
+    from planner.explanation import explain
     from planner.report import run_note_lines
     model_spec, cluster_spec, job, pins, run_in = _inputs(
         model, cluster, profile, seq_len, global_batch, stack,
@@ -249,7 +249,7 @@ def report_cmd(
 ) -> None:
     """Write one self-contained HTML file: the ranked plans, the winner's explanation and its
     figures (inlined SVG, no network)."""
-    from planner.explain import explain
+    from planner.explanation import explain
     from planner.html_report import html_report
     from planner.io import write_text_atomic
     from planner.report import job_label, run_note_lines
