@@ -116,7 +116,9 @@ def outcome(read, check) -> None:
     try:
         value = read()
     except PlannerError as exc:
-        assert "\n" not in str(exc).strip() or isinstance(exc, PlannerError), str(exc)
+        # the CLI prints the message as its one `error:` line: it must be one line (the old
+        # `or isinstance(exc, PlannerError)` inside this except made the assertion always true)
+        assert str(exc).strip() and "\n" not in str(exc).strip(), str(exc)
         event("refused")
         return
     check(value)
