@@ -14,6 +14,7 @@ from planner.specs.fields import count, real
 Activation = Literal["gelu", "swiglu", "squared_relu"]
 Norm = Literal["layernorm", "rmsnorm"]
 PositionEmbedding = Literal["learned", "rope", "alibi"]
+LayerType = Literal["full_attention", "sliding_attention"]  # HF config.json `layer_types`
 
 
 class ModelSpec(BaseModel):
@@ -110,6 +111,32 @@ class ModelSpec(BaseModel):
         default=None, description="MLA value head dim."
     )
 
+    # Attention variants of 2025 (HF names): Qwen3 / GLM-4.5 query-key norms, gpt-oss's
+    # output-projection bias, attention sinks and alternating sliding-window layers.
+    qk_norm: bool = Field(
+        default=False,
+        description="RMSNorm of head_dim weights on each query and key head (Qwen3 q_norm/k_norm, "
+        "GLM-4.5 use_qk_norm): 2 x head_dim parameters per layer.",
+    )
+    attention_out_bias: bool = Field(
+        default=False, description="Bias on the attention output projection o_proj (gpt-oss)."
+    )
+    attention_sinks: bool = Field(
+        default=False,
+        description="A learned sink logit per query head (gpt-oss `sinks`): one more softmax "
+        "term per query row; num_attention_heads parameters per layer.",
+    )
+    sliding_window: count(limits.MAX_SEQ_LEN) | None = Field(
+        default=None,
+        description="Keys a query attends to in a sliding-window layer (itself included), tokens; "
+        "None = no sliding-window layers.",
+    )
+    layer_types: list[LayerType] | None = Field(
+        default=None,
+        description="Attention type of each layer (full_attention / sliding_attention); None "
+        "with a sliding_window = every layer slides.",
+    )
+
     seq_len: count(limits.MAX_SEQ_LEN) = Field(
         default=4096, description="Default sequence length of a job, tokens (as trained)."
     )
@@ -144,6 +171,16 @@ class ModelSpec(BaseModel):
             raise ValueError(
                 "MLA (kv_lora_rank) needs qk_nope_head_dim, qk_rope_head_dim and v_head_dim"
             )
+        if self.layer_types is not None:
+            if len(self.layer_types) != self.num_hidden_layers:
+                raise ValueError(
+                    f"layer_types has {len(self.layer_types)} entries for "
+                    f"{self.num_hidden_layers} layers"
+                )
+            if "sliding_attention" in self.layer_types and self.sliding_window is None:
+                raise ValueError("sliding_attention layers need a sliding_window")
+        if self.is_mla and (self.sliding_window is not None or self.attention_sinks):
+            raise ValueError("sliding windows and attention sinks are not modelled with MLA")
         return self
 
     # ---- shape helpers -------------------------------------------------------------------
@@ -182,6 +219,34 @@ class ModelSpec(BaseModel):
     def num_moe_layers(self) -> int:
         return sum(self.is_moe_layer(i) for i in range(self.num_hidden_layers))
 
+    def is_sliding_layer(self, i: int) -> bool:
+        """True when layer i (0-based) attends over a sliding window."""
+        if self.sliding_window is None:
+            return False
+        return self.layer_types is None or self.layer_types[i] == "sliding_attention"
+
+    @cached_property
+    def num_sliding_layers(self) -> int:
+        return sum(self.is_sliding_layer(i) for i in range(self.num_hidden_layers))
+
+    def attended_keys(self, seq_len: int, causal: bool = True) -> float:
+        """Keys per query averaged over the sequence and all layers. Causal full attention:
+        s/2 (half the s x s square); a causal window of w < s keys: (w^2/2 + (s - w) w) / s
+        = w - w^2 / (2s) (the band under the diagonal; Megatron-Bridge flop_utils.py
+        `swa_context`, 067f987, has the same count in whole tokens, w - w(w-1)/(2s)).
+        Non-causal doubles both: s for a full layer (the Megatron papers' full square)."""
+        s = float(seq_len)
+        full = s / 2
+        n_slide = self.num_sliding_layers
+        if n_slide:
+            w = float(self.sliding_window or 0)
+            band = full if w >= s else w - w * w / (2 * s)
+            keys = ((self.num_hidden_layers - n_slide) * full + n_slide * band)
+            keys /= self.num_hidden_layers
+        else:
+            keys = full
+        return keys if causal else 2 * keys
+
     # ---- parameter counts (elements) -----------------------------------------------------
     @property
     def _norm_params(self) -> int:
@@ -215,8 +280,12 @@ class ModelSpec(BaseModel):
         d, a, kv = self.head_size, self.num_attention_heads, self.kv_heads
         if self.attention_bias or self.linear_bias:
             params += a * d + 2 * kv * d
-        if self.linear_bias:
+        if self.linear_bias or self.attention_out_bias:
             params += self.hidden_size
+        if self.qk_norm:  # q_norm, k_norm: one RMSNorm weight of head_dim each, shared by heads
+            params += 2 * d
+        if self.attention_sinks:
+            params += a
         return params
 
     def mlp_matmul_params(self, ffn: int) -> int:
@@ -243,7 +312,13 @@ class ModelSpec(BaseModel):
 
     @property
     def router_params(self) -> int:
-        """Router (gate) weights of one MoE layer: hidden_size x num_experts."""
+        """Router (gate) of one MoE layer: hidden_size x num_experts weights, plus a bias per
+        expert with linear_bias (gpt-oss's router is nn.Linear-like with a bias)."""
+        return (self.hidden_size + (1 if self.linear_bias else 0)) * self.num_experts
+
+    @property
+    def router_matmul_params(self) -> int:
+        """Router weight elements (a matmul of h x num_experts)."""
         return self.hidden_size * self.num_experts
 
     @property
@@ -337,24 +412,27 @@ class ModelSpec(BaseModel):
         for i in range(self.num_hidden_layers):
             if self.is_moe_layer(i):
                 used = self.num_experts_per_tok + self.num_shared_experts
-                mlp = used * self.mlp_matmul_params(self.expert_ffn) + self.router_params
+                mlp = used * self.mlp_matmul_params(self.expert_ffn) + self.router_matmul_params
             else:
                 mlp = self.mlp_matmul_params(self.intermediate_size)
             total += self.attention_matmul_params + mlp
         return total + self.vocab_size * self.hidden_size
 
     def attention_flops_per_token(self, seq_len: int, causal: bool = False) -> float:
-        """Forward FLOP per token of the score (QK^T) and context (PV) matmuls over all layers.
-        Non-causal counts the full s x s square, as Megatron's papers do (Narayanan 2021 eq. 3:
-        the s/(6h) term); causal counts half (Megatron's current code, average_ratio 0.5)."""
+        """Forward FLOP per token of the score (QK^T) and context (PV) matmuls over all layers:
+        2 x heads x (qk + v head dims) per attended key (attended_keys). Non-causal counts the
+        full s x s square, as Megatron's papers do (Narayanan 2021 eq. 3: the s/(6h) term);
+        causal counts half (Megatron's current code, average_ratio 0.5). Sliding-window
+        layers count their band only. Attention sinks add one logit per query row and head
+        (a exp-adds per token and layer against 4 a d s FLOP: left out)."""
         a = self.num_attention_heads
         if self.is_mla:
             qk = (self.qk_nope_head_dim or 0) + (self.qk_rope_head_dim or 0)
             v = self.v_head_dim or self.head_size
         else:
             qk = v = self.head_size
-        flops = 2.0 * seq_len * a * (qk + v) * self.num_hidden_layers
-        return flops / 2 if causal else flops
+        keys = self.attended_keys(seq_len, causal)
+        return 2.0 * keys * a * (qk + v) * self.num_hidden_layers
 
     def forward_flops_per_token(self, seq_len: int, causal: bool = False) -> float:
         """Model FLOP per token for one forward pass: 2 per weight multiply-add plus attention."""

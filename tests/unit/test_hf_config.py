@@ -33,7 +33,8 @@ def test_hf_import_has_one_direction():
 
 def test_fixtures_cover_every_model_type():
     types = {read(p.stem)["model_type"] for p in HF.glob("*.json")}
-    assert {"llama", "mistral", "mixtral", "qwen2", "gpt2", "gpt_neox", "deepseek_v3"} <= types
+    assert {"llama", "mistral", "mixtral", "qwen2", "gpt2", "gpt_neox", "deepseek_v3", "qwen3",
+            "qwen3_moe", "gpt_oss", "kimi_k2", "glm4_moe"} <= types
     assert types <= set(READERS)
 
 
@@ -94,6 +95,50 @@ def test_unknown_architecture_keeps_generic_defaults():
     spec = model_spec_from_hf(cfg, name="tiny", where="cfg.json")
     assert (spec.seq_len, spec.global_batch) == (4096, 512)
     assert spec.description == ""
+
+
+def test_glm45_by_hand():
+    """GLM-4.5 (zai-org/GLM-4.5; technical report arXiv:2508.06471 Table 1: 92 layers, 3 dense,
+    160 + 1 experts of 1536, top 8, 96 heads of 128, 8 KV heads, QK-norm): q/k/v biases, no
+    o_proj bias, the MTP layer not counted. The report's 355B counts differently by about
+    0.6% (352.80B here; 356.7B with the MTP layer): within 1%."""
+    spec = load_model(str(HF / "glm-4.5.json"))
+    h, a, kv, d, vocab = 5120, 96, 8, 128, 151552
+    attn = h * a * d + a * d + 2 * (h * kv * d + kv * d) + a * d * h + 2 * d
+    dense = attn + 3 * h * 12288 + 2 * h
+    expert = 3 * h * 1536
+    moe = attn + 161 * expert + 160 * h + 2 * h
+    assert spec.num_params == 3 * dense + 89 * moe + 2 * vocab * h + h
+    assert spec.num_params / 1e9 == pytest.approx(355, rel=0.01)
+    assert (spec.num_active_params - spec.embedding_params) / 1e9 == pytest.approx(32, rel=0.03)
+
+
+def test_qwen3_sliding_window_only_when_enabled():
+    """configuration_qwen3.py: sliding_window is used only with use_sliding_window, on the
+    layers from max_window_layers on."""
+    cfg = read("qwen3-8b")
+    assert load_model(str(HF / "qwen3-8b.json")).sliding_window is None
+    cfg |= {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 28}
+    spec = model_spec_from_hf(cfg, name="q", where="cfg.json")
+    assert spec.sliding_window == 4096 and spec.num_sliding_layers == 36 - 28
+    assert not spec.is_sliding_layer(27) and spec.is_sliding_layer(28)
+
+
+def test_gpt_oss_default_layer_types_alternate():
+    """GptOssConfig.__post_init__: sliding on even 0-based layers when layer_types is absent."""
+    cfg = read("gpt-oss-20b")
+    del cfg["layer_types"]
+    spec = model_spec_from_hf(cfg, name="g", where="cfg.json")
+    assert spec.layer_types == load_model(str(HF / "gpt-oss-20b.json")).layer_types
+    assert spec.is_sliding_layer(0) and not spec.is_sliding_layer(1)
+
+
+def test_qwen3_moe_unsupported_layouts_are_one_line(tmp_path):
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps(read("qwen3-30b-a3b") | {"mlp_only_layers": [0, 5]}))
+    assert "mlp_only_layers" in one_line_error(path)
+    path.write_text(json.dumps(read("qwen3-30b-a3b") | {"decoder_sparse_step": 2}))
+    assert "decoder_sparse_step" in one_line_error(path)
 
 
 # ---- bad input: one line naming the file and the field --------------------------------------
