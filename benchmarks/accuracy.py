@@ -6,6 +6,7 @@
     python benchmarks/accuracy.py --stacks             # fit the software-stack presets, per stack
     python benchmarks/accuracy.py --stacks --write-stacks   # ... and write software_stacks/*.yaml
     python benchmarks/accuracy.py --few-shot 3         # calibrate on 3 small runs, predict the rest
+    python benchmarks/accuracy.py --tune none --moe    # the MoE rows, reported apart
 
 Every usable row of published_runs.csv is predicted: the knobs the row states are pinned, the
 search chooses the ones it leaves empty (the fastest consistent layout; the published runs were
@@ -515,6 +516,60 @@ def few_shot(runs: Sequence[MeasuredRun], predictor: Predictor, k: int,
     return pd.DataFrame(per_run), pd.DataFrame(summary)
 
 
+def moe_report(runs: Sequence[MeasuredRun], predictor: Predictor) -> pd.DataFrame:
+    """Step-time error of the MoE runs (model.is_moe), per source and model, three ways:
+    out of the box (stock profiles, the stack's recipe, no factors); the stack named as fitted
+    by --stacks on the dense runs (software_stacks/*.yaml: no MoE run in its fit, so every MoE
+    row is out of sample); and refitted on MoE runs, each model predicted from a fit on the
+    other MoE models (the MoE rows come from one source with timed rows on expressible
+    layouts, Megatron-Bridge's tables, so no source can be held out yet)."""
+    from planner.calibrate.stackfit import fit_stack_factors, predict_with
+    from planner.stacks import StackFactors, resolve_stack
+
+    rows = []
+    for name, pairs in _stack_pairs([r for r in runs if r.model.is_moe], predictor).items():
+        srs = [r for r, _ in pairs]
+        lays = [lay for _, lay in pairs]
+        meas = np.array([r.measured_step_time_s for r in srs])
+        preset = resolve_stack(name)
+        stock = preset.model_copy(update={"factors": StackFactors()})
+        box = predict_with(stock, srs, lays) / meas - 1
+        named = predict_with(preset, srs, lays) / meas - 1
+        oos = np.full(len(srs), np.nan)
+        labels = np.array([r.model.name for r in srs])
+        for label in sorted(set(labels)):
+            held = labels == label
+            if (~held).sum() < 2:
+                continue
+            part = fit_stack_factors(stock, [r for r, t in zip(srs, ~held, strict=True) if t],
+                                     [x for x, t in zip(lays, ~held, strict=True) if t])
+            idx = np.flatnonzero(held)
+            oos[idx] = predict_with(part, [srs[i] for i in idx], [lays[i] for i in idx]) \
+                / meas[idx] - 1
+        for r, b, n, o in zip(srs, box, named, oos, strict=True):
+            rows.append({"stack": name, "source": r.source_id, "model": r.model.name,
+                         "gpu": r.cluster.gpu.name, "box": b, "named": n, "moe_oos": o})
+    return pd.DataFrame(rows)
+
+
+def _moe_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Median / p90 |error| and signed median of each column of moe_report, per source and
+    model and overall."""
+    def stats(g: pd.DataFrame) -> dict[str, Any]:
+        out: dict[str, Any] = {"timed": len(g)}
+        for col, label in (("box", "out of the box"), ("named", "stack (dense fit)"),
+                           ("moe_oos", "MoE fit, model out")):
+            a = g[col].dropna()
+            out[label] = (f"{np.median(np.abs(a)):.1%} / {np.quantile(np.abs(a), 0.9):.1%} "
+                          f"({np.median(a):+.0%})") if len(a) else "-"
+        return out
+    rows = [{"source": s, "model": m, **stats(g)}
+            for (s, m), g in frame.groupby(["source", "model"], sort=True)]
+    rows += [{"source": s, "model": "all", **stats(g)} for s, g in frame.groupby("source")]
+    rows.append({"source": "all", "model": "all", **stats(frame)})
+    return pd.DataFrame(rows)
+
+
 def _pct_table(frame: pd.DataFrame) -> pd.DataFrame:
     t = frame.copy()
     for col in t.columns:
@@ -557,6 +612,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--few-shot", type=int, metavar="K",
                         help="calibrate each (source, stack, GPU) group on its K runs with the "
                         "fewest GPUs and predict the others (implies --stacks)")
+    parser.add_argument("--moe", action="store_true",
+                        help="report the MoE runs apart: out of the box, with the stack preset "
+                        "fitted on dense runs, and refitted on MoE runs (one model held out)")
     parser.add_argument("--write-profiles", action="store_true",
                         help="set the fitted efficiency fields in hardware_profiles/*.yaml")
     ns = parser.parse_args(argv)
@@ -567,6 +625,11 @@ def main(argv: list[str] | None = None) -> int:
 
     runs, skipped = load_table(ns.csv, resolve_gpu=resolve)
     print(f"{len(runs)} usable rows, {len(skipped)} skipped", flush=True)
+    # MoE rows are reported apart (--moe), never in the dense tables or fits
+    moe_runs = [r for r in runs if r.model.is_moe]
+    runs = [r for r in runs if not r.model.is_moe]
+    if moe_runs:
+        print(f"  {len(moe_runs)} MoE rows reported apart ({'below' if ns.moe else 'with --moe'})")
     reasons = pd.Series([s.reason for s in skipped]).value_counts()
     for reason, n in reasons.items():
         print(f"  skipped {n}: {reason}")
@@ -612,7 +675,17 @@ def main(argv: list[str] | None = None) -> int:
         print(factors.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
         md += ["### one GEMM scale per source and GPU (in sample)", "", "```",
                factors.to_string(index=False, float_format=lambda x: f"{x:.3f}"), "```", ""]
+    if ns.moe:
+        frame = moe_report(moe_runs, predictor)
+        if len(frame):
+            summary = _moe_summary(frame)
+            title = ("MoE runs: median / p90 |step-time error| (signed median), each column "
+                     "out of sample (moe_report)")
+            print(f"\n== {title} ==")
+            print(summary.to_string(index=False))
+            md += [f"### {title}", "", "```", summary.to_string(index=False), "```", ""]
     if ns.stacks or ns.few_shot:
+        # the presets are fitted on dense runs only: MoE runs stay out of sample (--moe)
         table, fitted, without = fit_stacks(runs, predictor)
         title = ("software stacks: out of the box (stock factors), stack named in sample, "
                  "stack named out of sample")

@@ -209,6 +209,10 @@ def recompute_of(text: str | None) -> str | None:
 # table's folder); else the shape columns, where `activation` (swiglu, gelu, ...) and
 # `tie_word_embeddings` say what the parameter count can only guess.
 MODEL_SPEC_COLUMN = "model_spec"
+# A row's params_b more than this factor from the dense model its shape columns build is another
+# architecture (every published dense row is within 0.93-1.36x: the tables' rounding, MPT's and
+# BLOOM's size labels); such a row needs model_spec.
+PARAMS_MISMATCH = 2.0
 # shape columns -> ModelSpec attributes (kv_heads: the effective key/value heads)
 SHAPE_COLUMNS = {"layers": "num_hidden_layers", "hidden": "hidden_size",
                  "heads": "num_attention_heads", "kv_heads": "kv_heads",
@@ -346,7 +350,16 @@ def model_from_row(row: dict[str, Any], base: Path | None = None) -> ModelSpec:
     params_b = _num(row.get("params_b"), "params_b")
     if params_b is None:
         return candidates[1] if ffn == 4 * hidden else candidates[0]
-    return min(candidates, key=lambda m: abs(m.num_params / 1e9 - params_b))
+    model = min(candidates, key=lambda m: abs(m.num_params / 1e9 - params_b))
+    ratio = params_b / (model.num_params / 1e9)
+    if not 1 / PARAMS_MISMATCH < ratio < PARAMS_MISMATCH:
+        # an MoE row (Qwen3-235B-A22B: 235B against the 22B dense model of its shape columns)
+        # would otherwise be predicted as that dense model
+        raise SpecError(
+            f"params_b {params_b:g} is {ratio:.3g}x the {model.num_params / 1e9:.3g}B dense "
+            "model its shape columns give (an MoE or another architecture the columns cannot "
+            f"state): name the model in a {MODEL_SPEC_COLUMN} column")
+    return model
 
 
 def step_time_of(row: dict[str, Any]) -> float | None:
@@ -422,7 +435,7 @@ def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] |
                     _text(row.get("notes")))
     pins: dict[str, Any] = {}
     for col, knob in (("tp", "tp"), ("pp", "pp"), ("dp", "dp"), ("cp", "cp"), ("vpp", "vpp"),
-                      ("micro_batch", "mbs")):
+                      ("micro_batch", "mbs"), ("ep", "ep")):
         value = _int(row.get(col), col)
         if value is not None:
             pins[knob] = value

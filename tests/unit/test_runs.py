@@ -15,6 +15,7 @@ from planner.measured.runs import (
     load_records,
     load_runs,
     load_table,
+    model_from_row,
     precision_of,
     step_time_of,
     zero_of,
@@ -57,7 +58,8 @@ def test_labels_map_to_knobs():
 
 def test_every_row_is_loaded_or_skipped_with_a_reason(table):
     runs, skipped = table
-    assert len(runs) + len(skipped) == 689  # the README's row count
+    # the README's row count: 689 dense rows + 124 Megatron-Bridge and 4 dgxc MoE rows
+    assert len(runs) + len(skipped) == 817
     assert all(s.reason for s in skipped)
     # GB200/GB300/B200/V100 have no profile in this resolver: skipped, not guessed
     assert not any(r.cluster.gpu.name.startswith(("GB", "B2", "V1")) for r in runs.values())
@@ -223,3 +225,28 @@ def test_a_guess_that_contradicts_the_named_model_is_reported(tmp_path):
     (line,) = run.extra["warnings"]
     assert "disagrees with the built-in 'gpt3-1.3b'" in line and "model_spec" in line
     assert "gelu MLP, untied embeddings, 1.41 B" in line and "tied embeddings, 1.32 B" in line
+
+
+def test_moe_rows_name_their_model_and_expert_parallelism(table):
+    """Megatron-Bridge 26.04.01, Qwen3-235B-A22B on 256 H100 (FP8, TP 2 PP 8 VP 4 EP 32):
+    the model_spec column gives the MoE spec (22.2B active of 235.1B), the ep column a pin."""
+    runs, _ = table
+    run = next(r for r in runs.values() if r.source_id == "megatron_bridge_moe"
+               and r.model.name == "qwen3-235b-a22b" and r.cluster.gpu.name.startswith("H100"))
+    assert run.model.num_experts == 128 and run.pins["ep"] == 32
+    assert run.pins["tp"] == 2 and run.pins["pp"] == 8 and run.pins["vpp"] == 4
+    # 8192 sequences of 4096 tokens at 1712 tokens/s/GPU on 256 GPUs
+    assert run.measured_step_time_s == pytest.approx(8192 * 4096 / (1712 * 256), rel=1e-5)
+
+
+def test_moe_row_without_model_spec_is_refused():
+    """The shape columns of Qwen3-235B-A22B build a dense 22B model: predicting the row as that
+    model would count a tenth of its parameters; the row must name its model."""
+    import pandas as pd
+
+    frame = pd.read_csv(PUBLISHED_RUNS_CSV)
+    row = frame[frame.row_id == 872].iloc[0].to_dict()
+    assert row["model_spec"] == "qwen3-235b-a22b"
+    row["model_spec"] = None
+    with pytest.raises(SpecError, match="model_spec"):
+        model_from_row(row)
