@@ -80,3 +80,18 @@ def test_model_flops_match_nvidia_published(name, tokens_s, tflops):
     spec = builtin_models()[name]
     ours = spec.train_flops_per_token(4096, causal=True) * tokens_s / 1e12
     assert ours == pytest.approx(tflops, rel=0.01)
+
+
+def test_mla_activation_bytes_by_hand():
+    """DeepSeek-V3 dense layer, bf16, bytes per token as Megatron-Core's MLA keeps them
+    (multi_latent_attention.py): Q and K of 128 heads x (128 + 64), V and the context of 128 x
+    128, the two latents entering the up-projections (q 1536, kv 512); no GQA sharing, so all of
+    it divides by t. MLP: SwiGLU gate, up (2 x 2 B x ffn) and their product (2 B x ffn)."""
+    spec = builtin_models()["deepseek-v3"]
+    act = layer_activation(spec, False)
+    a, h, ffn = 128, 7168, 18432
+    attention = 2 * (a * 192 + a * 192 + a * 128 + a * 128) + 2 * (1536 + 512)
+    assert act.sharded == attention + 6 * ffn
+    assert act.kv_sharded == 0
+    assert act.replicated == 2 * 2 * h + 2 * h + 2 * h  # norm inputs, QKV-down and MLP inputs
+    assert act.softmax_stats == 4 * a
