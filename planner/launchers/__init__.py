@@ -21,7 +21,14 @@ from types import ModuleType
 from typing import Any
 
 from planner.errors import LayoutError, SpecError
-from planner.launchers.common import Export, Imported, LaunchPlan, model_from_shape
+from planner.launchers.common import (
+    Export,
+    Imported,
+    LaunchPlan,
+    model_from_shape,
+    unexported_model_fields,
+    with_warnings,
+)
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 LAUNCHERS = ("megatron", "nemo", "torchtitan", "deepspeed")
@@ -48,8 +55,10 @@ def export_plan(launcher: str, plan: LaunchPlan, form: str | None = None) -> Exp
     """The plan as the launcher's configuration text (keys validated against its list). `form`
     picks the second written form where a launcher has one (FORMS)."""
     if form is not None and form in {f for (name, _), f in FORMS.items() if name == launcher}:
-        return module(launcher).export(plan, form=form)
-    return module(launcher).export(plan)
+        result = module(launcher).export(plan, form=form)
+    else:
+        result = module(launcher).export(plan)
+    return with_warnings(result, unexported_model_fields(plan.model))
 
 
 def detect(text: str, path: str) -> str:

@@ -73,6 +73,36 @@ class Export:
     warnings: list[str] = field(default_factory=list)
 
 
+def unexported_model_fields(model: ModelSpec) -> list[str]:
+    """What of the model's attention no export writes yet (issue 22's variants): the launched
+    model would lack it. Megatron-Core's names for them: --qk-layernorm, --softmax-type
+    learnable, --window-size / --window-attn-skip-freq (transformer_config.py, Megatron-LM
+    d98e8a6; Megatron-Bridge gpt_oss_bridge.py: window_size = (sliding_window - 1, 0))."""
+    out = []
+    if model.qk_norm:
+        out.append("per-head q/k RMSNorm (qk_norm) is not written (Megatron: --qk-layernorm)")
+    if model.attention_out_bias and not model.linear_bias:
+        out.append("the attention output-projection bias is not written")
+    if model.attention_sinks:
+        out.append("attention sinks are not written (Megatron: --softmax-type learnable)")
+    if model.sliding_window is not None and model.num_sliding_layers:
+        out.append(f"sliding-window attention ({model.num_sliding_layers} of "
+                   f"{model.num_hidden_layers} layers, {model.sliding_window} tokens) is not "
+                   "written (Megatron: --window-size, --window-attn-skip-freq)")
+    return out
+
+
+def with_warnings(result: Export, warnings: list[str]) -> Export:
+    """`result` with more warnings, each also a '# WARNING:' comment line at the top of its
+    text (after a '#!' line)."""
+    if not warnings:
+        return result
+    lines = result.text.split("\n")
+    at = 1 if lines and lines[0].startswith("#!") else 0
+    lines[at:at] = [f"# WARNING: {w}" for w in warnings]
+    return Export(result.launcher, "\n".join(lines), result.keys, [*result.warnings, *warnings])
+
+
 @dataclass
 class Imported:
     """What a launcher config says. `shape` holds ModelSpec fields, `pins` layout knobs, `job`

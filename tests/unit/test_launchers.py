@@ -353,3 +353,25 @@ def test_megatron_default_ffn_follows_megatrons_rule():
     # arguments.py validate_args: 4h; with SwiGLU int(4h * 2/3 / 64) * 64
     assert ffn("--num-layers 2 --hidden-size 4096 --num-attention-heads 32") == 16384
     assert ffn("--num-layers 2 --hidden-size 4096 --num-attention-heads 32 --swiglu") == 10880
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_attention_variants_no_export_writes_are_warned(launcher):
+    """gpt-oss-120b's sinks and sliding windows and Qwen3's q/k norms are not launcher
+    arguments yet: every export says so in its warnings and as a comment, never silently."""
+    oss = plan("gpt-oss-120b", "8x8xH100", JobSpec(seq_len=4096, global_batch=64),
+               Layout(tp=1, pp=1, dp=64, ep=8, mbs=1, zero=1, recompute="none", sp=False))
+    result = export_plan(launcher, oss)
+    assert any("sinks" in w for w in result.warnings)
+    assert any("sliding-window attention (18 of 36 layers, 128 tokens)" in w
+               for w in result.warnings)
+    for warning in result.warnings:
+        assert f"# WARNING: {warning}" in result.text
+    if result.text.startswith("#!"):
+        assert result.text.split("\n")[1].startswith("#")
+    qwen = plan("qwen3-8b", "1x8xH100", JobSpec(seq_len=4096, global_batch=64),
+                Layout(tp=1, pp=1, dp=8, mbs=1, zero=1, recompute="none", sp=False))
+    assert any("qk_norm" in w for w in export_plan(launcher, qwen).warnings)
+    llama = plan("llama2-7b", "1x8xA100", JobSpec(seq_len=4096, global_batch=64),
+                 Layout(tp=1, pp=1, dp=8, mbs=1, zero=1, recompute="none", sp=False))
+    assert not any("not written" in w for w in export_plan(launcher, llama).warnings)
