@@ -26,7 +26,7 @@ ARCHITECTURE_FIELDS = (
     "num_experts", "num_experts_per_tok", "moe_intermediate_size", "num_shared_experts",
     "first_k_dense_replace", "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
     "qk_rope_head_dim", "v_head_dim", "qk_norm", "attention_out_bias", "attention_sinks",
-    "sliding_window", "layer_types",
+    "sliding_window", "layer_types", "num_nextn_predict_layers",
 )
 DEFAULT_SEQ_LEN = 4096  # a common pre-training length (Llama 2, Qwen2.5, DeepSeek-V3)
 DEFAULT_GLOBAL_BATCH = 512
@@ -159,6 +159,7 @@ def _glm4_moe(r: _Reader) -> dict[str, Any]:
         "moe_intermediate_size": r.need("moe_intermediate_size"),
         "num_shared_experts": r.get("n_shared_experts", 1),
         "first_k_dense_replace": r.get("first_k_dense_replace", 1),
+        "num_nextn_predict_layers": r.get("num_nextn_predict_layers", 0),
     }
 
 
@@ -194,6 +195,7 @@ def _deepseek(r: _Reader) -> dict[str, Any]:
         "qk_nope_head_dim": r.need("qk_nope_head_dim"),
         "qk_rope_head_dim": r.need("qk_rope_head_dim"),
         "v_head_dim": r.need("v_head_dim"),
+        "num_nextn_predict_layers": r.get("num_nextn_predict_layers", 0),
     }
 
 

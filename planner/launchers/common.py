@@ -74,10 +74,11 @@ class Export:
 
 
 def unexported_model_fields(model: ModelSpec) -> list[str]:
-    """What of the model's attention no export writes yet (issue 22's variants): the launched
-    model would lack it. Megatron-Core's names for them: --qk-layernorm, --softmax-type
-    learnable, --window-size / --window-attn-skip-freq (transformer_config.py, Megatron-LM
-    d98e8a6; Megatron-Bridge gpt_oss_bridge.py: window_size = (sliding_window - 1, 0))."""
+    """What of the model no export writes yet (issue 22's attention variants, MTP modules): the
+    launched model would lack it. Megatron-Core's names for them: --qk-layernorm,
+    --softmax-type learnable, --window-size / --window-attn-skip-freq, --mtp-num-layers
+    (transformer_config.py, Megatron-LM d98e8a6; Megatron-Bridge gpt_oss_bridge.py:
+    window_size = (sliding_window - 1, 0))."""
     out = []
     if model.qk_norm:
         out.append("per-head q/k RMSNorm (qk_norm) is not written (Megatron: --qk-layernorm)")
@@ -89,6 +90,9 @@ def unexported_model_fields(model: ModelSpec) -> list[str]:
         out.append(f"sliding-window attention ({model.num_sliding_layers} of "
                    f"{model.num_hidden_layers} layers, {model.sliding_window} tokens) is not "
                    "written (Megatron: --window-size, --window-attn-skip-freq)")
+    if model.num_nextn_predict_layers:
+        out.append(f"{model.num_nextn_predict_layers} multi-token-prediction module(s) not "
+                   "written (Megatron: --mtp-num-layers)")
     return out
 
 

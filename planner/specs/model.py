@@ -137,6 +137,13 @@ class ModelSpec(BaseModel):
         "with a sliding_window = every layer slides.",
     )
 
+    num_nextn_predict_layers: count(limits.MAX_LAYERS, lower=0) = Field(
+        default=0,
+        description="Multi-token-prediction modules trained beside the model (DeepSeek-V3, "
+        "GLM-4.5: 1); not in num_params (the published counts leave them out), see mtp_params "
+        "and mtp_flops_per_token.",
+    )
+
     seq_len: count(limits.MAX_SEQ_LEN) = Field(
         default=4096, description="Default sequence length of a job, tokens (as trained)."
     )
@@ -373,6 +380,39 @@ class ModelSpec(BaseModel):
     def non_embedding_params(self) -> int:
         """Total parameters less the token/position embedding and an untied LM head."""
         return self.num_params - self.embedding_params - self.lm_head_params
+
+    @property
+    def mtp_params(self) -> int:
+        """Parameters of the multi-token-prediction modules (DeepSeek-V3 report sec. 2.2: each
+        an RMSNorm of h on the hidden state and one on the next token's embedding, a 2h -> h
+        projection, one transformer layer like the last one, sharing the embedding and the
+        output head; the final norm before the shared head is the model's own, as
+        Megatron-Core's MTP block adds one): 11.6B for DeepSeek-V3, whose checkpoint (685B =
+        671B + 14B) also stores the module's own copies of the embedding and the head."""
+        if not self.num_nextn_predict_layers:
+            return 0
+        h = self.hidden_size
+        module = 2 * self._norm_params + 2 * h * h + self.layer_params(self.num_hidden_layers - 1)
+        return self.num_nextn_predict_layers * (module + self._norm_params)
+
+    def mtp_flops_per_token(self, seq_len: int, causal: bool = False) -> float:
+        """Training FLOP per token the MTP modules add (forward + backward, 3 x forward): the
+        projection, one more layer like the last (its active experts, attention over the
+        sequence) and one more pass through the output head. Megatron-Bridge's model FLOPs
+        count the same (flop_utils.py: mtp_num_layers more layers and logit passes, 067f987).
+        Not part of train_flops_per_token, which is the model's own count."""
+        n = self.num_nextn_predict_layers
+        if not n:
+            return 0.0
+        h, last = self.hidden_size, self.num_hidden_layers - 1
+        if self.is_moe_layer(last):
+            used = self.num_experts_per_tok + self.num_shared_experts
+            mlp = used * self.mlp_matmul_params(self.expert_ffn) + self.router_matmul_params
+        else:
+            mlp = self.mlp_matmul_params(self.intermediate_size)
+        matmul = 2 * h * h + self.attention_matmul_params + mlp + self.vocab_size * h
+        attention = self.attention_flops_per_token(seq_len, causal) / self.num_hidden_layers
+        return 3.0 * n * (2.0 * matmul + attention)
 
     def summary(self) -> dict[str, object]:
         """One row of `planner models --json`: the CONTRACT.md keys (name, aliases, params_b,

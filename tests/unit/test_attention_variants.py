@@ -95,3 +95,23 @@ def test_mla_activation_bytes_by_hand():
     assert act.kv_sharded == 0
     assert act.replicated == 2 * 2 * h + 2 * h + 2 * h  # norm inputs, QKV-down and MLP inputs
     assert act.softmax_stats == 4 * a
+
+
+def test_deepseek_v3_mtp_module():
+    """One MTP module (DeepSeek-V3 report sec. 2.2): two RMSNorms, a 2h -> h projection and one
+    MoE layer, plus a final norm; with its checkpoint copies of the embedding and head (2 V h)
+    it is the 685B - 671B of the released weights (13.5B; the report says 14B). Its training
+    FLOPs added to the model's reproduce NVIDIA's published DeepSeek-V3 TFLOP/s (26.04.01,
+    GB300: 4992 tokens/s/GPU, 1298 TFLOP/s/GPU), which count the MTP layer; without it the
+    count is 3.7% short."""
+    spec = builtin_models()["deepseek-v3"]
+    h, vocab = 7168, 129280
+    moe_layer = spec.layer_params(60)
+    assert spec.mtp_params == 2 * h + 2 * h * h + moe_layer + h
+    assert (spec.mtp_params + 2 * vocab * h) / 1e9 == pytest.approx(13.5, abs=0.05)
+    assert spec.num_params / 1e9 == pytest.approx(671.03, abs=0.01)  # MTP not in the total
+    per_token = spec.train_flops_per_token(4096, causal=True)
+    mtp = spec.mtp_flops_per_token(4096, causal=True)
+    assert (per_token + mtp) * 4992 / 1e12 == pytest.approx(1298, rel=0.01)
+    assert per_token * 4992 / 1e12 == pytest.approx(1298 * 0.963, rel=0.01)
+    assert builtin_models()["kimi-k2"].mtp_flops_per_token(4096) == 0
