@@ -43,6 +43,8 @@ class StackRecipe(BaseModel):
         default=None, description="Gradient bytes per parameter (JobSpec.grad_dtype).")
     grad_overlap: bool | None = Field(
         default=None, description="DP gradient reduction overlaps the backward.")
+    param_gather_overlap: bool | None = Field(
+        default=None, description="The ZeRO-1/2 parameter all-gather overlaps the next forward.")
     tp_comm_overlap: bool | None = Field(
         default=None, description="TP/SP collectives overlap their GEMMs.")
     p2p_overlap: bool | None = Field(

@@ -304,10 +304,11 @@ def pp_p2p_time(cluster: ClusterSpec, model, tokens, tp, pp, dp, cp, vpp, sp, m,
 
 
 def dp_traffic_time(group: Group, params, zero, grad_bytes, unit_bytes):
-    """(per-step, per-micro-batch) seconds of the data-parallel traffic for `params` local
-    parameters: ZeRO 0 all-reduces the gradients, 1 reduce-scatters them, 1-2 all-gather the
-    updated parameters, 2 reduce-scatters per micro-batch, 3 gathers each unit (one layer's
-    16-bit params, `unit_bytes`) in forward and backward and reduce-scatters its gradients."""
+    """(per-step, per-micro-batch, parameter gather) seconds of the data-parallel traffic for
+    `params` local parameters: ZeRO 0 all-reduces the gradients, 1 reduce-scatters them, 1-2
+    all-gather the updated parameters (the third value, also inside per-step), 2
+    reduce-scatters per micro-batch, 3 gathers each unit (one layer's 16-bit params,
+    `unit_bytes`) in forward and backward and reduce-scatters its gradients."""
     bucket = np.maximum(DP_BUCKET_ELEMENTS, 1e6 * group.size)
     calls = np.maximum(np.ceil(params / bucket), 1.0)
     elems = np.minimum(params, bucket)
@@ -316,8 +317,8 @@ def dp_traffic_time(group: Group, params, zero, grad_bytes, unit_bytes):
     z1 = zero == 1
     if z1.any():
         per_step = per_step + np.where(z1, reduce_scatter_time(group, msg_grad, calls), 0.0)
-    ag = all_gather_time(group, msg_param, calls)
-    per_step = per_step + np.where((zero == 1) | (zero == 2), ag, 0.0)
+    gather = np.where((zero == 1) | (zero == 2), all_gather_time(group, msg_param, calls), 0.0)
+    per_step = per_step + gather
     per_mb = np.where(zero == 2, reduce_scatter_time(group, msg_grad, calls), 0.0)
     z3 = zero == 3
     if z3.any():
@@ -325,21 +326,32 @@ def dp_traffic_time(group: Group, params, zero, grad_bytes, unit_bytes):
         unit_calls = np.maximum(np.ceil(params * 2.0 / np.maximum(unit, 1.0)), 1.0)
         t_unit = all_gather_time(group, np.minimum(unit, params * 2.0), unit_calls)
         per_mb = per_mb + np.where(z3, 3 * t_unit, 0.0)  # AG fwd + AG bwd + RS grads
-    return per_step, per_mb
+    return per_step, per_mb, gather
 
 
 def dp_exposed_time(per_step, per_mb, m, zero, forward_s, recompute_s, backward_s,
-                    dp_overlap: float, grad_overlap: bool = True):
+                    dp_overlap: float, grad_overlap: bool = True, gather=0.0,
+                    param_overlap: bool = True):
     """Seconds per step of DP traffic left exposed. What can hide: per-step reductions behind the
     last micro-batch's backward (and the distributed optimizer's param all-gather behind the
     next forward: Megatron overlap_grad_reduce / overlap_param_gather); per-micro-batch
-    traffic behind all of them; at most the profile's dp_overlap fraction of it."""
+    traffic behind all of them; at most the profile's dp_overlap fraction of it.
+
+    Without param_overlap (JobSpec.param_gather_overlap False) the ZeRO-1/2 parameter
+    all-gather (`gather`, part of per_step) runs after the optimizer step, all of it exposed,
+    and a ZeRO-1 gradient reduce-scatter hides only behind the last backward, as ZeRO 0's
+    all-reduce does (nanotron: DDP hook per bucket during the backward, then
+    ZeroDistributedOptimizer.step -> _all_gather_params; optim/zero.py @ 0e0a27e)."""
+    hide_fwd = 1.0 if param_overlap else 0.0
     window = np.select(
         [zero <= 0, zero == 1],
-        [backward_s, backward_s + forward_s + recompute_s],
+        [backward_s, backward_s + hide_fwd * (forward_s + recompute_s)],
         default=m * (forward_s + recompute_s + backward_s),
     )
     dp_total = per_step + m * per_mb
     if not grad_overlap:
         return dp_total
-    return np.maximum((1 - dp_overlap) * dp_total, dp_total - window)
+    if param_overlap:
+        return np.maximum((1 - dp_overlap) * dp_total, dp_total - window)
+    hidable = dp_total - gather
+    return np.maximum((1 - dp_overlap) * hidable, hidable - window) + gather

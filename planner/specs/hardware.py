@@ -359,6 +359,16 @@ class JobSpec(BaseModel):
             "2021 local DDP, DeepSpeed's pipeline engine ReduceGrads)."
         ),
     )
+    param_gather_overlap: bool = Field(
+        default=True,
+        description=(
+            "Whether the ZeRO-1/2 (distributed optimizer) all-gather of the updated parameters "
+            "overlaps the next step's forward (Megatron-Core overlap_param_gather, on in the "
+            "NeMo / Megatron-Bridge recipes); False: it runs after the optimizer step with "
+            "nothing to hide behind (nanotron ZeroDistributedOptimizer.step), and the gradient "
+            "reduce-scatter hides only behind the last backward."
+        ),
+    )
     tp_comm_overlap: bool = Field(
         default=False,
         description=(

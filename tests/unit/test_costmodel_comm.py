@@ -124,3 +124,36 @@ def test_all_to_all_across_nodes_is_bound_by_each_ranks_nic():
     # 16 ranks on two nodes: half of each rank's data crosses its own 10 GB/s NIC
     across = comm.Group(cluster(gpu, 64), np.array([16]), np.array([1]))
     assert comm.all_to_all_time(across, 8e6)[0] == pytest.approx(8e6 * 8 / 16 / 10e9, rel=1e-6)
+
+
+def test_param_gather_after_the_step_is_exposed():
+    """ZeRO-1 with 1.0 s of per-step traffic of which 0.4 s is the parameter all-gather, one
+    micro-batch of forward 0.3 s and backward 0.5 s, dp_overlap 0.8. Megatron's
+    overlap_param_gather: everything may hide behind backward + forward (0.8 s), at most 80% of
+    it: max(0.2 x 1.0, 1.0 - 0.8) = 0.2. nanotron (the gather after the optimizer step): the
+    0.6 s reduce-scatter hides behind the backward only, max(0.2 x 0.6, 0.6 - 0.5) = 0.12, and
+    the 0.4 s gather is all exposed: 0.52. ZeRO 0 is the same either way."""
+    args = (np.array([1.0]), np.array([0.0]), np.array([1.0]))
+    kw = dict(forward_s=0.3, recompute_s=0.0, backward_s=0.5, dp_overlap=0.8, gather=0.4)
+    hidden = comm.dp_exposed_time(*args, np.array([1]), **kw)
+    after = comm.dp_exposed_time(*args, np.array([1]), **kw, param_overlap=False)
+    assert float(hidden[0]) == pytest.approx(0.2)
+    assert float(after[0]) == pytest.approx(0.52)
+    z0 = dict(kw, gather=0.0)
+    assert float(comm.dp_exposed_time(*args, np.array([0]), **z0, param_overlap=False)[0]) \
+        == pytest.approx(float(comm.dp_exposed_time(*args, np.array([0]), **z0)[0])) \
+        == pytest.approx(max(0.2 * 1.0, 1.0 - 0.5))
+
+
+def test_dp_traffic_reports_the_parameter_gather():
+    """The third value of dp_traffic_time is the ZeRO-1/2 all-gather of the 16-bit updated
+    parameters, inside per-step: 2 bytes x params x (d-1)/d / busbw on a flat 100 GB/s node,
+    d = 8, one bucket (params < 40M); 0 for ZeRO 0."""
+    gpu = flat_gpu(intra_gb=100.0)
+    group = comm.Group(cluster(gpu, 8), np.array([8.0, 8.0]), np.array([1.0, 1.0]))
+    params = 10e6
+    per_step, _, gather = comm.dp_traffic_time(group, params, np.array([0, 1]), 4.0, 1.0)
+    assert gather[0] == 0.0
+    assert gather[1] == pytest.approx(2 * params * 7 / 8 / 100e9, rel=1e-3)
+    # ZeRO-1: reduce-scatter of 4-byte gradients + the gather
+    assert per_step[1] == pytest.approx(4 * params * 7 / 8 / 100e9 + gather[1], rel=1e-3)
