@@ -99,10 +99,12 @@ class Group:
         extra_inter = np.maximum(inter - steps_per_rank * 1, 0.0)  # reference: two domains
         return extra_intra * self._intra_lat + extra_inter * self._inter_lat
 
-    def busbw(self, nbytes):
-        """Achieved busbw (bytes/s) of a collective of `nbytes` on this group."""
+    def busbw(self, nbytes, gather: bool = False):
+        """Achieved busbw (bytes/s) of a collective of `nbytes` on this group; `gather`: an
+        all-gather or reduce-scatter, whose NVLink part runs without the switch reduction
+        that accelerates the all-reduce curve (LinkProfile.gather_busbw_ratio)."""
         gpu = self.cluster.gpu
-        intra = gpu.intra_node.busbw_bytes_per_s(nbytes)
+        intra = gpu.intra_node.busbw_bytes_per_s(nbytes, gather)
         if not self.crosses.any():
             return intra * np.ones_like(self.size)
         nics = self.per_domain * gpu.nics_per_gpu
@@ -139,7 +141,7 @@ def all_reduce_time(group: Group, nbytes, calls=1):
 
 def all_gather_time(group: Group, nbytes, calls=1):
     """Seconds for `calls` all-gathers (or reduce-scatters) whose full buffer is `nbytes`."""
-    t = nbytes * group.frac / group.busbw(nbytes) + group.latency(1)
+    t = nbytes * group.frac / group.busbw(nbytes, gather=True) + group.latency(1)
     return np.where(group.size > 1, t * calls, 0.0)
 
 
