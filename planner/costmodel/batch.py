@@ -10,8 +10,8 @@ reports the most loaded GPU's memory and the slowest stage's time. Step time (se
 optimizer step), with m = grad_accum micro-batches per DP rank:
 
     step = m x (compute + tp + cp + ep comm per micro-batch of the slowest stage)
-         + bubble ((pp-1)/vpp x that stage's per-micro-batch time when m >= pp, Narayanan
-           2021; pipeline.bubble_slots for m < pp)
+         + bubble ((pp-1)/vpp x the mean per-micro-batch time of the other stages when
+           m >= pp, Narayanan 2021 with unequal stages; pipeline.bubble_time)
          + pipeline p2p (2 sends per micro-batch chunk and per fill/drain hop; only the
            fill/drain hops when interleaving overlaps them, JobSpec.p2p_overlap)
          + exposed DP communication + optimizer step + profile.step_overhead_s
@@ -197,6 +197,7 @@ class _StageTimes:
     tp: np.ndarray
     cp: np.ndarray
     ep: np.ndarray
+    whole: np.ndarray  # (N,) seconds per micro-batch of all stages together (their sum)
     a2a_bytes: np.ndarray  # (N,) bytes of one MoE dispatch per rank (buffers)
     acts: tuple[memory.LayerActivation, memory.LayerActivation]  # dense, MoE layer
     full: tuple[np.ndarray, np.ndarray]  # one layer's activations per token, no recompute
@@ -208,8 +209,14 @@ class _StageTimes:
 
 def _stage_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs,
                  st: dict[str, np.ndarray]) -> _StageTimes:
-    """Compute and TP/CP/EP communication per micro-batch of each stage."""
+    """Compute and TP/CP/EP communication per micro-batch of each stage, and of all stages
+    together: every term is linear in a stage's counts (layers, embedding, LM head), so the sum
+    over the stages is the time of one extra column holding the whole model."""
     gpu, kind, s = cluster.gpu, job.attention, job.seq_len
+    n_moe = sum(model.is_moe_layer(i) for i in range(model.num_hidden_layers))
+    whole = {"n_dense": model.num_hidden_layers - n_moe, "n_moe": n_moe, "emb": 1, "head": 1}
+    st = {k: np.concatenate([v, np.full((v.shape[0], 1), whole.get(k, 0), dtype=float)],
+                            axis=1) for k, v in st.items()}
     keys, flash, prec = s / x.cp, kind != "unfused", job.precision
     layer_d = memory.layer_activation(model, False, precision=prec)
     layer_m = memory.layer_activation(model, True, precision=prec) if model.is_moe else layer_d
@@ -230,7 +237,11 @@ def _stage_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs
                                x.rc, dense_t.attention, compute.attention_backward_factor(kind))
     a2a_bytes = comm.all_to_all_bytes(model, x.tokens, x.tp, x.sp)
     ep_mb = comm.ep_stage_time(cluster, model, st["n_moe"], a2a_bytes, x.tp, x.ep, x.rc)
-    return _StageTimes(comp, tp_mb, cp_mb, ep_mb, a2a_bytes, (layer_d, layer_m), (full_d, full_m))
+    whole_mb = (comp.total + tp_mb + cp_mb + ep_mb)[:, -1]
+    comp = compute.StageCompute(*(getattr(comp, f)[:, :-1]
+                                  for f in compute.StageCompute.__dataclass_fields__))
+    return _StageTimes(comp, tp_mb[:, :-1], cp_mb[:, :-1], ep_mb[:, :-1], whole_mb, a2a_bytes,
+                       (layer_d, layer_m), (full_d, full_m))
 
 
 @dataclass(frozen=True)
@@ -305,7 +316,7 @@ def _assemble(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs,
     time_cp = m * at(t.cp, slow)
     time_ep = m * at(t.ep, slow)
     slow_mb = at(stage_mb, slow)
-    bubble = pipeline.bubble_slots(x.pp, x.vpp, m) * slow_mb
+    bubble = pipeline.bubble_time(x.pp, x.vpp, m, slow_mb, t.whole)
     time_pp_comm = comm.pp_p2p_time(cluster, model, x.tokens, x.tp, x.pp, x.dp, x.cp, x.vpp,
                                     x.sp, m, slow_mb, job.p2p_overlap)
 

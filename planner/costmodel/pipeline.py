@@ -170,6 +170,19 @@ def bubble_slots(pp, vpp, m):
     return np.maximum(pp - m, 0.0) + (np.minimum(m, pp) - 1) / vpp
 
 
+def bubble_time(pp, vpp, m, slowest_s, whole_s):  # noqa: ANN001, ANN201
+    """Idle seconds of the slowest stage per step: bubble_slots x the mean per-micro-batch time
+    of the *other* stages, (whole_s - slowest_s) / (pp - 1), where whole_s is all stages'
+    per-micro-batch time together. With equal stages that is bubble_slots x slowest_s
+    (Narayanan 2021); with unequal ones (the first stage's embedding, the last stage's LM head
+    and loss) 1F1B's critical path is one micro-batch through every stage plus m - 1 of the
+    slowest, sum_i t_i + (m - 1) t_max, so the bubble is sum_i t_i - t_max (the makespan of a
+    flow shop of identical jobs; simulate() with per-stage times checks it)."""
+    pp = np.asarray(pp, dtype=float)
+    others = (np.asarray(whole_s) - slowest_s) / np.maximum(pp - 1, 1.0)
+    return bubble_slots(pp, vpp, m) * np.where(pp > 1, others, 0.0)
+
+
 # ---- the schedule itself: order of passes per stage, and its timeline ------------------------
 # bubble_slots and in_flight above are this schedule's closed forms (tests/unit/
 # test_pipeline_schedule.py checks them against simulate() for every small pp, vpp, m); the
@@ -221,13 +234,15 @@ class Slot:
     end: float
 
 
-def simulate(pp: int, vpp: int, m: int, fwd_s: float, bwd_s: float, send_s: float = 0.0,
+def simulate(pp: int, vpp: int, m: int, fwd_s, bwd_s, send_s: float = 0.0,  # noqa: ANN001
              schedule: Schedule = "1f1b", blocking_sends: bool = True) -> list[Slot]:
     """Times schedule_order: each stage runs its passes in order, a pass starts when the stage
     is free and its input has arrived (the previous virtual stage's forward, the next one's
-    backward, send_s later). fwd_s / bwd_s are one chunk's pass times; with blocking sends the
-    sender is busy for send_s after each pass that sends (plain 1F1B, Megatron without
-    overlap_p2p_comm)."""
+    backward, send_s later). fwd_s / bwd_s are one chunk's pass times, one number or one per
+    stage; with blocking sends the sender is busy for send_s after each pass that sends (plain
+    1F1B, Megatron without overlap_p2p_comm)."""
+    fwd = [float(f) for f in np.broadcast_to(np.asarray(fwd_s, dtype=float), (pp,))]
+    bwd = [float(b) for b in np.broadcast_to(np.asarray(bwd_s, dtype=float), (pp,))]
     order = schedule_order(pp, vpp, m, schedule)
     last_v = pp * vpp - 1
     done: dict[tuple[str, int, int], float] = {}  # (kind, mb, virtual stage) -> arrival time
@@ -249,7 +264,7 @@ def simulate(pp: int, vpp: int, m: int, fwd_s: float, bwd_s: float, send_s: floa
                     break
                 ready = done[dep] if dep is not None else 0.0
                 start = max(free[s], ready)
-                end = start + (fwd_s if op.kind == "F" else bwd_s)
+                end = start + (fwd[s] if op.kind == "F" else bwd[s])
                 sends = (op.kind == "F" and v < last_v) or (op.kind == "B" and v > 0)
                 hop = send_s if sends else 0.0
                 done[(op.kind, op.microbatch, v)] = end + hop if sends else end

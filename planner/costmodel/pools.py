@@ -9,7 +9,8 @@ groups stay inside its pool (comm.Group on that pool's cluster). Terms:
 
 - per micro-batch, each stage: compute and TP/CP/EP comm with its pool's GPU and fabric (the same
   per-stage functions as the homogeneous assembly, costmodel.batch);
-- the slowest stage sets grad_accum x its time + the bubble (pipeline.bubble_slots);
+- the slowest stage sets grad_accum x its time + the bubble (pipeline.bubble_time; with pools
+  of different GPUs the equal-stage bound, one_gpu);
 - pipeline sends: the slower pool's network for every hop (the pipeline moves at its slowest
   link; a send between pools crosses the network);
 - DP traffic and the optimizer step: per pool on its stage with the most parameters, with its
@@ -56,6 +57,16 @@ def stage_pool_index(pooled: PooledCluster, tp, cp, dp, order: Sequence[int],
     return np.asarray(order, dtype=np.int64)[np.minimum(pos, len(order) - 1)]
 
 
+def one_gpu(pooled: PooledCluster) -> bool:
+    """Whether every pool has the same GPU profile. Then the sum of the stage times is the same
+    for every split and the bubble is pipeline.bubble_time's; with different GPUs a split that
+    ties on the slowest stage may differ in that sum, and the split search (which minimizes the
+    slowest stage) keeps the equal-stage bubble, (pp - 1) x the slowest: an upper bound."""
+    labels = {"name", "aliases", "description", "sources", "provenance"}  # not performance
+    first = pooled.pools[0].gpu.model_dump(exclude=labels)
+    return all(p.gpu.model_dump(exclude=labels) == first for p in pooled.pools[1:])
+
+
 def estimate_pooled_batch(
     model: ModelSpec,
     pooled: PooledCluster,
@@ -98,7 +109,11 @@ def estimate_pooled_batch(
     slow_mb = at(stage_mb, slow)
     time_compute = m * at(comp, slow)
     time_tp, time_cp, time_ep = m * at(tp_mb, slow), m * at(cp_mb, slow), m * at(ep_mb, slow)
-    bubble = pipeline.bubble_slots(x.pp, x.vpp, m) * slow_mb
+    if one_gpu(pooled):  # every stage of the pipeline once
+        whole = np.where(real, stage_mb, 0.0).sum(axis=1)
+    else:  # the split's sum is not fixed across pools: the equal-stage bound (an upper bound)
+        whole = slow_mb * x.pp
+    bubble = pipeline.bubble_time(x.pp, x.vpp, m, slow_mb, whole)
     crosses = np.ones(n_layouts, dtype=bool)  # a pool boundary is a network hop
     time_pp = np.max([comm.pp_p2p_time(cl, model, x.tokens, x.tp, x.pp, x.dp, x.cp, x.vpp, x.sp,
                                        m, slow_mb, job.p2p_overlap, crosses)

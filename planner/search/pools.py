@@ -11,7 +11,9 @@ with each stage's table from its own pool's GPU (time per micro-batch, memory ag
 pool's capacity), solved by CP-SAT (cpsat.SplitModel). Branch and bound keeps it fast and
 exact for the top K: with stage times linear in their layers (T_i(n) = a_i n + b_i), any
 split has a slowest stage T >= (layers + sum b_i / a_i) / sum 1 / a_i, so the step is at least
-(grad_accum + bubble slots) x that; candidates are solved in the order of this bound and the
+(grad_accum + bubble slots) x that (pools of different GPUs, which keep the equal-stage bubble),
+or, on pools of one GPU, (grad_accum - 1) x that + min a_i x layers + sum b_i (the bubble of
+pipeline.bubble_time); candidates are solved in the order of this bound and the
 search stops when the next bound exceeds the K-th best step found.
 """
 
@@ -108,14 +110,20 @@ def _problem(tables, stage_pool: Sequence[int], row: int, pp: int, width: int,
     return SplitProblem(layers, np.rint(time / TIME_UNIT_S).astype(np.int64), m_units, fits)
 
 
-def _bound(problem: SplitProblem, m: float, pp: int) -> float:
-    """Lower bound of the step (seconds) over every split (module docstring)."""
+def _bound(problem: SplitProblem, m: float, pp: int, same_gpu: bool = True) -> float:
+    """Lower bound of the step (seconds) over every split (module docstring); pools of
+    different GPUs keep the equal-stage bubble (costmodel.pools.one_gpu)."""
     t = problem.time.astype(float) * TIME_UNIT_S
     a = np.maximum(t[:, 1] - t[:, 0], 1e-12) if t.shape[1] > 1 else t[:, 0]
     b = t[:, 0] - a
     balanced = (problem.layers + (b / a).sum()) / (1.0 / a).sum()
     slowest = max(balanced, float(t[:, 0].max()))
-    return float((m + pipeline.bubble_slots(pp, 1, m)) * slowest)
+    # step = (m - 1) x the slowest + the sum of all stages (pipeline.bubble_time, plain 1F1B);
+    # the sum is at least every layer at the cheapest stage's rate plus each stage's fixed part
+    if not same_gpu:
+        return float((m + pipeline.bubble_slots(pp, 1, m)) * slowest)
+    whole = max(float(a.min()) * problem.layers + float(b.sum()), slowest)
+    return float((m - 1) * slowest + whole)
 
 
 def search_pooled(
@@ -151,6 +159,9 @@ def search_pooled(
     if not len(knobs["tp"]):
         raise LayoutError(f"no layout of {model.name} on {pooled} honours the pins: tp*cp*dp must "
                           "divide every pool's GPU count, with one or more stages per pool")
+    from planner.costmodel.pools import one_gpu
+
+    same = one_gpu(pooled)
     layers = model.num_hidden_layers
     caps = [p.gpu.usable_memory_gib for p in pooled.pools]
     orders = list(itertools.permutations(range(len(pooled.pools))))
@@ -176,7 +187,7 @@ def search_pooled(
                         if n <= width:
                             allowed[i, n - 1] = prob.fits[i, n - 1]
                     prob = SplitProblem(layers, prob.time, prob.memory, allowed)
-                bound = _bound(prob, float(grad_accum[row]), pp)
+                bound = _bound(prob, float(grad_accum[row]), pp, same)
                 candidates.append((bound, row, o, prob))
     candidates.sort(key=lambda c: c[0])
     best: list[tuple[float, float, int, Plan]] = []  # max-heap of the K best (negated)
@@ -190,8 +201,10 @@ def search_pooled(
         for _, row, o, prob in chunk:
             limit = None
             if len(best) >= top_k:  # a slowest stage above this cannot enter the top K
+                # step >= m x the slowest stage (the sum of all stages is at least the slowest)
                 m = float(grad_accum[row])
-                slots = m + float(pipeline.bubble_slots(int(knobs["pp"][row]), 1, m))
+                slots = m if same else m + float(pipeline.bubble_slots(int(knobs["pp"][row]), 1,
+                                                                       m))
                 limit = int(-best[0][0] / slots / TIME_UNIT_S) + 1
             prob = prob.pruned(limit)
             key = prob.time.tobytes() + prob.memory.tobytes() + prob.fits.tobytes()

@@ -4,9 +4,9 @@ The split problem of one layout (pp > 1, plain 1F1B, a model whose layers are al
 integer layers n_i >= 1 per stage summing to the model's layers, the embedding on stage 0 and
 the LM head on the last stage, each stage's GPU within its usable memory (the cost model's peak
 of that stage with n_i layers: its in-flight micro-batches, its parameters), minimizing the
-slowest stage's time per micro-batch (which the step multiplies by grad_accum + the bubble
-slots, and the interleaving p2p overlap reads), then the highest stage memory. The tables are
-the cost model's own stage terms (costmodel.batch.stage_costs on pipeline.count_features), in
+slowest stage's time per micro-batch (the step is grad_accum - 1 times it plus the sum of all
+stages, which every split shares: pipeline.bubble_time), then the highest stage memory. The
+tables are the cost model's own stage terms (costmodel.batch.stage_costs on pipeline.count_features), in
 the search's integer units, so the split is exact for the cost model; a stage holds at most
 SPLIT_MAX_FACTOR x ceil(layers / pp) + 2 layers (beyond that it is never the best split with
 linear stage times; the bound keeps the tables small).
@@ -156,10 +156,11 @@ def split_dp(problem: SplitProblem) -> Split:
 
 
 def _balanced_bound(space: Space, rows: np.ndarray) -> np.ndarray:
-    """A lower bound on each row's step time over every split: (grad_accum + bubble slots) x
-    the slowest stage, at least the average stage time with stage times linear in their layers
-    (T_i(n) = a n + b_i, b_i the embedding or LM head alone), and the lone head or embedding
-    with one layer."""
+    """A lower bound on each row's step time over every split: (grad_accum - 1) x the slowest
+    stage + the sum of all stage times (plain 1F1B, pipeline.bubble_time); the sum is the same
+    for every split with stage times linear in their layers (T_i(n) = a n + b_i, b_i the
+    embedding or LM head alone), and the slowest is at least the average stage time and the
+    lone head or embedding with one layer."""
     from planner.costmodel.batch import stage_costs
 
     model, cluster, job = space.model, space.cluster, space.job
@@ -174,11 +175,10 @@ def _balanced_bound(space: Space, rows: np.ndarray) -> np.ndarray:
         one, two = t[:, 0::2], t[:, 1::2]  # (rows, stages)
         a = two[:, 0] - one[:, 0]  # time per layer (the same on every stage)
         fixed = one - a[:, None]  # b_i: the embedding, the LM head, nothing on inner stages
-        average = (a * layers + fixed.sum(axis=1)) / pp
-        slowest = np.maximum(average, one.max(axis=1))
+        whole = a * layers + fixed.sum(axis=1)
+        slowest = np.maximum(whole / pp, one.max(axis=1))
         m = space.columns["grad_accum"][rows[mine]].astype(float)
-        slots = pipeline.bubble_slots(pp, 1, m)
-        out[mine] = (m + slots) * slowest
+        out[mine] = (m - 1) * slowest + whole
     return out
 
 

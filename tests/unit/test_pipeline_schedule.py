@@ -66,18 +66,55 @@ def test_interleaved_refuses_what_megatron_refuses():
 
 
 def test_estimate_bubble_equals_the_drawn_timeline():
-    """The estimate's time_pp_bubble_s is the idle time of the slowest stage on the timeline
-    simulate() draws with that stage's per-micro-batch time (sends aside)."""
+    """The estimate's time_pp_bubble_s is the idle time of the slowest stage (the last: the LM
+    head) on the timeline simulate() draws with each stage's per-micro-batch time (sends
+    aside)."""
+    from planner.costmodel.batch import stage_costs
+
     model, cluster = load_model("llama2-7b"), parse_cluster("16xA100")
     job = JobSpec(seq_len=4096, global_batch=64)
     layout = Layout(tp=2, pp=4, dp=2, vpp=2, mbs=1, zero=1, recompute="selective", sp=True)
     cols = estimate_batch(model, cluster, job, [layout])
     m, stage_mb = int(cols["grad_accum"][0]), float(cols["stage_mb_s"][0])
+    per_stage, _ = stage_costs(model, cluster, job, [layout],
+                               pipeline.stage_features(model, 4, 2, prune=False))
+    assert per_stage[0].argmax() == 3 and per_stage[0].max() == pytest.approx(stage_mb)
     share_f = cols["fwd_mb_s"][0] / (cols["fwd_mb_s"][0] + cols["bwd_mb_s"][0]
                                      + cols["recompute_mb_s"][0])
-    tf, tb = stage_mb * share_f, stage_mb * (1 - share_f)
+    tf, tb = per_stage[0] * share_f, per_stage[0] * (1 - share_f)
     slots = pipeline.simulate(4, 2, m, tf / 2, tb / 2)
     makespan = max(s.end for s in slots)
     assert makespan - m * stage_mb == pytest.approx(float(cols["time_pp_bubble_s"][0]), rel=1e-9)
     assert cols["time_compute_s"][0] == pytest.approx(
         m * (cols["fwd_mb_s"][0] + cols["bwd_mb_s"][0] + cols["recompute_mb_s"][0]), rel=0.05)
+
+
+def test_bubble_with_a_heavy_last_stage_by_hand():
+    """pp 4, m 8, plain 1F1B, stages of 3, 3, 3 and 9 s per micro-batch (forward 1, 1, 1, 3;
+    backward twice that): the first micro-batch reaches the last stage after 3 s of forwards,
+    which then works 8 x 9 s without a gap, and the last backward leaves through 3 x 2 s: 81 s,
+    i.e. 81 - 72 = 9 s of bubble = sum - max = 18 - 9. The equal-stage formula,
+    (pp - 1) x 9 = 27 s, charged the LM head's stage time to every idle slot."""
+    slots = pipeline.simulate(4, 1, 8, [1.0, 1.0, 1.0, 3.0], [2.0, 2.0, 2.0, 6.0])
+    assert max(s.end for s in slots) == pytest.approx(81.0)
+    assert float(pipeline.bubble_time(4, 1, 8, 9.0, 18.0)) == pytest.approx(9.0)
+    assert float(pipeline.bubble_slots(4, 1, 8)) * 9.0 == pytest.approx(27.0)
+
+
+@pytest.mark.parametrize("times", [[1.0, 1.0, 1.0, 3.0], [1.5, 1.0, 1.0, 2.5],
+                                   [2.0, 1.0, 1.0, 1.0], [1.0, 2.0, 1.0, 1.0]])
+def test_bubble_time_against_the_simulated_schedule(times):
+    """With the slowest stage last (the LM head) bubble_time is the simulated idle time of the
+    slowest stage; with it earlier the simulation idles less (bubble_time is an upper bound),
+    and never more than the equal-stage formula."""
+    tf = np.array(times)
+    t = 3 * tf  # backward = 2 x forward
+    for pp, vpp, m in [(4, 1, 2), (4, 1, 4), (4, 1, 8), (4, 2, 4), (4, 2, 8), (4, 4, 12)]:
+        slots = pipeline.simulate(pp, vpp, m, tf / vpp, 2 * tf / vpp)
+        simulated = max(s.end for s in slots) - m * t.max()
+        closed = float(pipeline.bubble_time(pp, vpp, m, t.max(), t.sum()))
+        if t.argmax() == pp - 1:
+            assert closed == pytest.approx(simulated), (pp, vpp, m)
+        else:
+            assert simulated - 1e-9 <= closed
+        assert closed <= float(pipeline.bubble_slots(pp, vpp, m)) * t.max() + 1e-9

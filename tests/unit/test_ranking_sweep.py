@@ -42,12 +42,14 @@ def test_the_sweep_loads_as_shipped(sweep_groups) -> None:  # noqa: ANN001
 
 
 def test_ranking_floor(sweep_groups) -> None:  # noqa: ANN001
-    """Floors measured with the nanotron recipe (pairwise 82.7%, regret of the fastest
-    predicted layout 60.7% mean over groups); with the ZeRO-1 parameter all-gather hidden
-    behind the next forward (Megatron's overlap_param_gather, the default recipe) the mean
-    regret is 64.4%, above the floor."""
+    """Floors measured with the nanotron recipe, the H100 gather bandwidth and the
+    unequal-stage bubble (pairwise 84.4%, regret of the fastest predicted layout 60.4% mean over
+    groups; main before them: the sweep did not load, and with its equal-stage bubble, the
+    all-reduce curve for gathers and the ZeRO-1 gather hidden the same groups gave 82.7% and
+    64.4%). With the ZeRO-1 parameter all-gather hidden behind the next forward (Megatron's
+    overlap_param_gather, the default recipe) the mean regret is 64.0%, above the floor."""
     pairwise, regret = _by_time(sweep_groups)
-    assert pairwise >= 0.825
+    assert pairwise >= 0.84
     assert regret <= 0.62
     _, hidden = _by_time(sweep_groups, param_gather_overlap=True)
     assert hidden > 0.62
