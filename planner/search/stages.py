@@ -6,10 +6,10 @@ the LM head on the last stage, each stage's GPU within its usable memory (the co
 of that stage with n_i layers: its in-flight micro-batches, its parameters), minimizing the
 slowest stage's time per micro-batch (the step is grad_accum - 1 times it plus the sum of all
 stages, which every split shares: pipeline.bubble_time), then the highest stage memory. The
-tables are the cost model's own stage terms (costmodel.batch.stage_costs on pipeline.count_features), in
-the search's integer units, so the split is exact for the cost model; a stage holds at most
-SPLIT_MAX_FACTOR x ceil(layers / pp) + 2 layers (beyond that it is never the best split with
-linear stage times; the bound keeps the tables small).
+tables are the cost model's own stage terms (costmodel.batch.stage_costs on
+pipeline.count_features), in the search's integer units, so the split is exact for the cost
+model; a stage holds at most SPLIT_MAX_FACTOR x ceil(layers / pp) + 2 layers (beyond that it
+is never the best split with linear stage times; the bound keeps the tables small).
 
 Solved by CP-SAT (cpsat.SplitModel); split_dp is the exact dynamic-programming oracle over
 (stages, layers) the tests hold it to. improve_splits runs the split search inside `search`:
