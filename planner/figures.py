@@ -76,8 +76,9 @@ def png_base64(fig: Figure, dpi: int = 110) -> str:
 # ---- pipeline schedule ------------------------------------------------------------------------
 def schedule_timeline(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
                       schedule: str | None = None) -> dict[str, Any]:
-    """The slowest stage's pass times (estimate_batch) laid on pipeline.simulate: slots, pass
-    times (s) and the estimate's columns. schedule None: interleaved when vpp > 1, else 1F1B.
+    """The slowest stage's pass times (estimate_batch), scaled per stage by its own time, laid
+    on pipeline.simulate: slots, the slowest stage's pass times (s) and the estimate's columns.
+    schedule None: interleaved when vpp > 1, else 1F1B.
     TP/CP/EP communication of a pass is drawn inside it (split as its compute splits)."""
     from planner.costmodel import estimate_batch, pipeline
 
@@ -91,7 +92,16 @@ def schedule_timeline(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layo
     tf, tb, tr = f * scale / vpp, (b + r) * scale / vpp, r * scale / vpp
     send = float(one["p2p_send_s"]) if layout.pp > 1 else 0.0
     blocking = not (job.p2p_overlap and vpp > 1)
-    slots = pipeline.simulate(layout.pp, vpp, m, tf, tb, send, kind, blocking)  # type: ignore[arg-type]
+    # each stage at its own per-micro-batch time (the LM head's and the embedding's stages
+    # differ), split into passes as the slowest stage's: the estimate's bubble_time
+    from planner.costmodel.batch import stage_costs
+
+    feats = pipeline.stage_features(model, layout.pp, layout.vpp, layout.stage_layers,
+                                    prune=False)
+    per_stage = stage_costs(model, cluster, job, [layout], feats)[0][0]
+    rel = per_stage / max(float(per_stage.max()), 1e-30)
+    slots = pipeline.simulate(layout.pp, vpp, m, tf * rel, tb * rel, send, kind,  # type: ignore[arg-type]
+                              blocking)
     return {"slots": slots, "fwd_s": tf, "bwd_s": tb, "recompute_s": tr, "send_s": send,
             "blocking": blocking, "m": m, "vpp": vpp, "schedule": kind, "columns": one}
 
