@@ -78,18 +78,18 @@ class LinkProfile(BaseModel):
     base_latency_us: real(limits.MAX_LATENCY_US, ge=0.0) = Field(
         default=0.0, description="Fixed latency per collective call, microseconds."
     )
-    gather_busbw_ratio: float = Field(
-        default=1.0, gt=0.0, le=1.0,
+    gather_busbw_ratio: float | None = Field(
+        default=None, gt=0.0, le=1.0,
         description="All-gather / reduce-scatter busbw over the all-reduce curve's at the same "
-        "message size: below 1 where the all-reduce is switch-accelerated (NVLink SHARP / "
-        "NVLS) and the other collectives are not."
+        "message size, where it is below 1 (the all-reduce switch-accelerated by NVLink SHARP "
+        "/ NVLS, the other collectives not); None: the all-reduce curve serves them all."
     )
 
     def busbw_bytes_per_s(self, message_bytes, gather: bool = False):
         """Bus bandwidth achieved at this message size, bytes/s (of an all-gather or
         reduce-scatter with `gather`)."""
         bw = self.busbw_gb_per_s.interp(message_bytes) * 1e9
-        return bw * self.gather_busbw_ratio if gather else bw
+        return bw * self.gather_busbw_ratio if gather and self.gather_busbw_ratio else bw
 
 
 class GpuProfile(BaseModel):

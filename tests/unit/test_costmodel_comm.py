@@ -157,3 +157,16 @@ def test_dp_traffic_reports_the_parameter_gather():
     assert gather[1] == pytest.approx(2 * params * 7 / 8 / 100e9, rel=1e-3)
     # ZeRO-1: reduce-scatter of 4-byte gradients + the gather
     assert per_step[1] == pytest.approx(4 * params * 7 / 8 / 100e9 + gather[1], rel=1e-3)
+
+
+def test_gathers_run_at_the_gather_ratio_of_the_all_reduce_curve():
+    """A flat 100 GB/s node whose all-gathers and reduce-scatters reach 0.75 of the all-reduce
+    busbw (H100: 360 vs NVLS 480 GB/s, nccl-tests #326 / #212): an all-gather of 1 GB on 8
+    ranks takes 1e9 x 7/8 / 75e9 s, the all-reduce keeps 2 x 1e9 x 7/8 / 100e9 s."""
+    gpu = flat_gpu(intra_gb=100.0)
+    gpu = gpu.model_copy(update={"intra_node": gpu.intra_node.model_copy(
+        update={"gather_busbw_ratio": 0.75})})
+    group = comm.Group(cluster(gpu, 8), np.array([8.0]), np.array([1.0]))
+    assert float(comm.all_gather_time(group, 1e9)[0]) == pytest.approx(1e9 * 7 / 8 / 75e9)
+    assert float(comm.reduce_scatter_time(group, 1e9)[0]) == pytest.approx(1e9 * 7 / 8 / 75e9)
+    assert float(comm.all_reduce_time(group, 1e9)[0]) == pytest.approx(2 * 1e9 * 7 / 8 / 100e9)

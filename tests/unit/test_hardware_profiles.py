@@ -55,7 +55,8 @@ def _numeric_paths(profile: GpuProfile) -> set[str]:
         if name in skip or value is None:
             continue
         if isinstance(value, LinkProfile):
-            out |= {f"{name}.{k}" for k in LinkProfile.model_fields if k != "fabric"}
+            out |= {f"{name}.{k}" for k in LinkProfile.model_fields
+                    if k != "fabric" and getattr(value, k) is not None}
         else:
             out.add(name)
     return out
