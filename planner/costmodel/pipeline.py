@@ -170,7 +170,7 @@ def bubble_slots(pp, vpp, m):
     return np.maximum(pp - m, 0.0) + (np.minimum(m, pp) - 1) / vpp
 
 
-def bubble_time(pp, vpp, m, slowest_s, whole_s):  # noqa: ANN001, ANN201
+def bubble_time(pp, vpp, m, slowest_s, whole_s):
     """Idle seconds of the slowest stage per step: bubble_slots x the mean per-micro-batch time
     of the *other* stages, (whole_s - slowest_s) / (pp - 1), where whole_s is all stages'
     per-micro-batch time together. With equal stages that is bubble_slots x slowest_s
@@ -234,7 +234,7 @@ class Slot:
     end: float
 
 
-def simulate(pp: int, vpp: int, m: int, fwd_s, bwd_s, send_s: float = 0.0,  # noqa: ANN001
+def simulate(pp: int, vpp: int, m: int, fwd_s, bwd_s, send_s: float = 0.0,
              schedule: Schedule = "1f1b", blocking_sends: bool = True) -> list[Slot]:
     """Times schedule_order: each stage runs its passes in order, a pass starts when the stage
     is free and its input has arrived (the previous virtual stage's forward, the next one's

@@ -13,13 +13,13 @@ SWEEP = rk.SWEEPS_DIR / "nanotron_sweep_dev.csv"
 
 
 @pytest.fixture(scope="module")
-def sweep_groups():  # noqa: ANN201
+def sweep_groups():
     runs, skipped = rk.load_all([SWEEP])
     assert skipped == 0  # every row resolves: the nanotron stack preset reads its framework text
     return rk.build_groups(runs, rk.frameworks_of([SWEEP]), rk.Predictor())
 
 
-def _by_time(groups, **job_update) -> tuple[float, float]:  # noqa: ANN001
+def _by_time(groups, **job_update) -> tuple[float, float]:
     """(pooled pairwise, mean regret of the fastest predicted layout) over the groups."""
     right = total = 0.0
     regrets = []
@@ -33,7 +33,7 @@ def _by_time(groups, **job_update) -> tuple[float, float]:  # noqa: ANN001
     return right / total, float(np.mean(regrets))
 
 
-def test_the_sweep_loads_as_shipped(sweep_groups) -> None:  # noqa: ANN001
+def test_the_sweep_loads_as_shipped(sweep_groups) -> None:
     # 755 layouts in 16 groups (the table's README); nothing refused or merged
     assert len(sweep_groups) == 16
     assert sum(len(g.layouts) for g in sweep_groups) == 755
@@ -41,7 +41,7 @@ def test_the_sweep_loads_as_shipped(sweep_groups) -> None:  # noqa: ANN001
     assert not any(g.runs[0].job.param_gather_overlap for g in sweep_groups)
 
 
-def test_ranking_floor(sweep_groups) -> None:  # noqa: ANN001
+def test_ranking_floor(sweep_groups) -> None:
     """Floors measured with the nanotron recipe, the H100 gather bandwidth and the
     unequal-stage bubble (pairwise 84.4%, regret of the fastest predicted layout 60.4% mean over
     groups; main before them: the sweep did not load, and with its equal-stage bubble, the
