@@ -36,6 +36,9 @@ class Plan:
     run: Any = None  # planner.economics.RunCosts when the user gave --train-tokens
     # its step-time band overlaps the fastest plan's (planner.search.ties); False for estimate
     tied_with_best: bool = False
+    # predicted above the best MFU of any published run of its GPU class and stack by more than
+    # its band (planner.published); the row's last column, after the run columns
+    faster_than_published: bool = False
 
     def row(self) -> dict[str, Any]:
         """The plan columns, in contract order, plus any extra columns the estimate carries."""
@@ -45,4 +48,5 @@ class Plan:
         row.update({k: v for k, v in values.items() if k not in row})
         if self.run is not None:  # appended after the other columns (contract)
             row.update(self.run.columns())
+        row["faster_than_published"] = self.faster_than_published  # last column (contract)
         return row

@@ -130,7 +130,8 @@ def print_plans_table(plans: Sequence[Plan], console: Console, title: str | None
             band = f" ({e.step_time_low_s:.2f}-{e.step_time_high_s:.2f})"
         rows.append((
             str(p.rank) if p.rank else "-", layout_label(p), f"{e.step_time_s:.3f}{band}",
-            f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu:.1%}",
+            f"{e.tokens_per_s_per_gpu:,.0f}",
+            f"{e.mfu:.1%}" + (" !" if p.faster_than_published else ""),
             f"{e.peak_mem_gb:.1f}/{e.mem_capacity_gb:.1f}", "yes" if e.fits else "no",
             f"{e.time_pp_bubble_s / e.step_time_s:.1%}" if e.step_time_s else "-", f"{comm:.3f}",
             "=" if p.tied_with_best else "",

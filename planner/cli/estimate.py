@@ -147,6 +147,13 @@ def estimate_cmd(
         est = estimate(model_spec, cluster_spec, job, layout)
         plan = Plan(layout=with_stage_layers(layout, model_spec.num_hidden_layers), estimate=est)
     plan = with_economics([plan], model_spec, cluster_spec, run_in)[0]
+    from planner.published import mark_plans, note
+    from planner.specs import PooledCluster
+
+    limit = None
+    if not isinstance(cluster_spec, PooledCluster):
+        marked, limit = mark_plans([plan], cluster_spec.gpu.name, preset.name, job.precision)
+        plan = marked[0]
     from planner import report
     from planner.costmodel.checks import layout_warnings
 
@@ -173,5 +180,8 @@ def estimate_cmd(
     )
     report.print_estimate(plan, console)
     report.print_run_notes(plan, run_in, ref_lr, ref_batch, console)
+    flagged = note([plan], limit)
+    if flagged:
+        console.print("! " + flagged, markup=False)
     if csv is not None:
         console.print(f"wrote {csv}")

@@ -184,8 +184,16 @@ def explain_cmd(
         lr=(ref_lr, ref_batch))
     plan, ranked = resolve_plan(model_spec, cluster_spec, job, pins, rank, 10)
     plan = with_economics([plan], model_spec, cluster_spec, run_in)[0]
+    from planner.published import mark_plans, note
+    from planner.stacks import resolve_stack
+
+    marked, limit = mark_plans([plan], cluster_spec.gpu.name, resolve_stack(stack).name,
+                               job.precision)
+    plan = marked[0]
     exp = explain(model_spec, cluster_spec, job, plan, ranked)
-    lines = exp.lines() + run_note_lines(plan, run_in, ref_lr, ref_batch)
+    flagged = note([plan], limit)
+    lines = exp.lines() + ([flagged] if flagged else []) \
+        + run_note_lines(plan, run_in, ref_lr, ref_batch)
     written = write_figures(model_spec, cluster_spec, job, plan, ranked, figures) if figures else []
     if as_json:
         import json

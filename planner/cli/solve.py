@@ -210,6 +210,11 @@ def solve_cmd(
                         tp_across_nodes=tp_across_nodes)
         plans, tied_total = result.plans(), result.tied_total
     plans = with_economics(plans, model_spec, cluster_spec, run_in)
+    limit = None
+    if not isinstance(cluster_spec, PooledCluster):
+        from planner.published import mark_plans
+
+        plans, limit = mark_plans(plans, cluster_spec.gpu.name, preset.name, job.precision)
     from planner import report
 
     if export is not None:
@@ -238,6 +243,11 @@ def solve_cmd(
     report.print_plans_table(plans, console, title=title)
     if plans:
         report.print_run_notes(plans[0], run_in, ref_lr, ref_batch, console)
+    from planner.published import note
+
+    flagged = note(plans, limit)
+    if flagged:
+        console.print("! " + flagged, markup=False)
     from planner.costmodel.checks import layout_warnings
 
     crossing = [p.rank for p in plans if layout_warnings(cluster_spec, p.layout)]
