@@ -37,12 +37,14 @@ def test_table_is_derived_from_the_runs_table():
         assert row["best_run"] == fresh[key]["best_run"], key
 
 
-@pytest.mark.parametrize("key", [("A100-SXM", "any", "16-bit"), ("H100/H200-SXM", "nemo", "16-bit")])
+@pytest.mark.parametrize("key", [("A100-SXM", "any", "16-bit"),
+                                 ("H100/H200-SXM", "nemo", "16-bit")])
 def test_ceiling_agrees_with_the_source_reported_mfu(key):
     """Second method: the best run's MFU by the planner's FLOP count is the MFU its source
     printed (llm-foundry: 6N + attention over 312; NVIDIA: over 989) within one point."""
     with CEILING_CSV.open(newline="") as fh:
-        row = next(r for r in csv.DictReader(fh) if (r["gpu_class"], r["stack"], r["precision"]) == key)
+        row = next(r for r in csv.DictReader(fh)
+                   if (r["gpu_class"], r["stack"], r["precision"]) == key)
     runs = pd.read_csv(PUBLISHED_RUNS_CSV)
     source_id, row_id = row["best_run"].rsplit(":", 1)
     reported = runs[(runs.source_id == source_id) & (runs.row_id == int(row_id))]["mfu_pct"].item()
