@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from planner.errors import InfeasibleError, PlannerError, SpecError
-from planner.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table
+from planner.measured.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table
 
 RECIPE_SOURCES = ("dgxc_benchmarking", "megatron_bridge_perf_archive", "llmfoundry_mpt_bench")
 

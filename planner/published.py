@@ -4,9 +4,9 @@ ceiling a prediction is checked against ("faster than any published run of this 
 planner/data/published_mfu.csv holds one row per (class, stack, precision kind): the highest MFU
 of the timed rows of planner/data/published_runs.csv, counted the way the planner counts a plan's
 MFU (model FLOPs of planner.costmodel.compute.model_flops_per_step, no recomputation, over the
-measured step time and the GPUs' dense peak of the run's precision). It is derived from the runs
-table by `python -m planner.published` (tests/unit/test_published.py regenerates it and compares),
-so `solve` reads a 30-line CSV instead of parsing the 689 runs (2 s).
+measured step time and the GPUs' dense peak of the run's precision). planner.measured.ceiling
+derives it from the runs table (`python -m planner.measured.ceiling`; tests/unit/test_published.py
+regenerates it and compares), so `solve` reads a 20-line CSV instead of parsing the 689 runs (2 s).
 
     from planner.published import ceiling, faster_than_published
     c = ceiling("A100-SXM4-80GB", "megatron-core", "bf16")   # Ceiling(mfu=0.64..., ...) or None
@@ -73,56 +73,6 @@ class Ceiling:
                 f"({self.best_model} on {self.best_gpus} GPUs, {self.best_run}; {self.runs} runs)")
 
 
-def measured_mfu(run: Any) -> float | None:
-    """MFU of a MeasuredRun as the planner counts a plan's (None for an untimed row)."""
-    from planner.costmodel.compute import model_flops_per_step
-
-    if run.oom or not run.measured_step_time_s:
-        return None
-    job = run.job
-    flops = model_flops_per_step(run.model, job.seq_len, job.global_batch)
-    peak = run.cluster.gpu.peak_flops(job.precision) * run.cluster.num_gpus
-    return flops / (run.measured_step_time_s * peak)
-
-
-def build_table(runs: list[Any]) -> list[dict[str, Any]]:
-    """The ceiling rows of a list of MeasuredRuns: per (class, stack, precision kind) and per
-    (class, 'any', precision kind), the best MFU and which run measured it."""
-    best: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for run in runs:
-        mfu = measured_mfu(run)
-        cls = gpu_class(run.cluster.gpu.name)
-        if mfu is None or cls is None or run.model.is_moe:  # dense models: MoE MFU differs
-            continue
-        kind = precision_kind(run.job.precision)
-        for stack in (run.stack, ANY_STACK):
-            key = (cls, stack, kind)
-            row = best.setdefault(key, {"gpu_class": cls, "stack": stack, "precision": kind,
-                                        "mfu": 0.0, "runs": 0})
-            row["runs"] += 1
-            if mfu > row["mfu"]:
-                row.update(mfu=round(mfu, 4), best_run=run.run_id, best_model=run.model.name,
-                           best_gpus=run.cluster.num_gpus)
-    return [best[k] for k in sorted(best)]
-
-
-def write_table(path: Path = CEILING_CSV) -> list[dict[str, Any]]:
-    """Derive planner/data/published_mfu.csv from planner/data/published_runs.csv."""
-    import io
-
-    from planner.io import write_text_atomic
-    from planner.runs import load_table
-
-    runs, _ = load_table()
-    rows = build_table(runs)
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CEILING_FIELDS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text_atomic(path, buf.getvalue())
-    return rows
-
-
 @cache
 def _table() -> dict[tuple[str, str, str], Ceiling]:
     with CEILING_CSV.open(newline="") as fh:
@@ -178,7 +128,3 @@ def note(plans: list[Any], limit: Ceiling | None) -> str | None:
             f"(MFU at the slow end of the band above the {limit.describe()}); "
             "treat the prediction as optimistic (docs/accuracy.md)")
 
-
-if __name__ == "__main__":
-    for row in write_table():
-        print(row)

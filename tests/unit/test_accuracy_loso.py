@@ -55,7 +55,7 @@ def test_flat_baseline_by_hand():
     """llm-foundry MPT-7b on 8 A100 (row 317): the planner's FLOP count
     (model_flops_per_step), at half of 8 x 312 TFLOP/s."""
     from planner.costmodel.compute import model_flops_per_step
-    from planner.runs import load_table
+    from planner.measured.runs import load_table
 
     runs, _ = load_table()
     run = next(r for r in runs if r.run_id == "llmfoundry_mpt_bench:317")
@@ -81,7 +81,7 @@ def test_loso_table_statistics():
 def test_recipe_groups_count_duplicates_once():
     """dgxc measured the same job and layout on several containers: one recipe, the median."""
     rec = _load("recipes")
-    from planner.runs import load_table
+    from planner.measured.runs import load_table
 
     runs, _ = load_table()
     groups = rec.recipe_groups(runs, ("dgxc_benchmarking",))

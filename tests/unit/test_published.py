@@ -10,22 +10,23 @@ import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
+from planner.measured.runs import PUBLISHED_RUNS_CSV
 from planner.published import (
     CEILING_CSV,
     ceiling,
     faster_than_published,
     gpu_class,
 )
-from planner.runs import PUBLISHED_RUNS_CSV
 
 runner = CliRunner()
 
 
 def test_table_is_derived_from_the_runs_table():
     """planner/data/published_mfu.csv is what build_table makes of published_runs.csv today (a
-    change to the runs table or the FLOP count must regenerate it: python -m planner.published)."""
-    from planner.published import build_table
-    from planner.runs import load_table
+    change to the runs table or the FLOP count must regenerate it:
+    python -m planner.measured.ceiling)."""
+    from planner.measured.ceiling import build_table
+    from planner.measured.runs import load_table
 
     runs, _ = load_table()
     fresh = {(r["gpu_class"], r["stack"], r["precision"]): r for r in build_table(runs)}

@@ -19,7 +19,7 @@ from planner.stacks import StackFactors, curve_is_borrowed, resolve_stack
 @cache
 def _runs(stack: str, gpu: str, every: int = 1) -> tuple:
     """Timed published runs of a stack on one GPU whose layout the table states in full."""
-    from planner.runs import load_table
+    from planner.measured.runs import load_table
 
     runs, _ = load_table()
     out = [r for r in runs if r.stack == stack and r.cluster.gpu.name == gpu
