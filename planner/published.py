@@ -27,8 +27,9 @@ CEILING_FIELDS = ("gpu_class", "stack", "precision", "mfu", "runs", "best_run", 
 # GPU classes: profiles of one chip (same tensor cores, clocks within a few %), whose MFU (each
 # divided by its own peak) is comparable. Memory size and packaging differ inside a class
 # (A100 40/80 GB; H200's faster HBM: the same 989 TFLOP/s dense BF16, docs/hardware.md 1), so a
-# class's best run bounds what the chip's tensor cores reached in any of its packagings; the
-# same pairs serve benchmarks/accuracy.py's sibling rule (a fit of one part serves the other).
+# class's best run bounds what the chip's tensor cores reached in any of its packagings (the
+# pairs of benchmarks/accuracy.py's SIBLINGS, where a fit of one part serves the other, lie in
+# one class each). A stack factor kept per GPU class (StackPreset.gpu_factors) uses these names.
 GPU_CLASSES: dict[str, tuple[str, ...]] = {
     "A100-SXM": ("A100-SXM4-80GB", "A100-SXM4-40GB"),
     "H100/H200-SXM": ("H100-SXM", "H100-SXM-96GB", "H200-SXM", "H800-SXM"),
