@@ -84,7 +84,10 @@ def test_a100_stock_predictions_above_the_measured_range_are_flagged(model, clus
     (by more than its band) goes without the flag, and none inside it carries the flag."""
     limit = ceiling("A100-SXM4-80GB", "megatron-core", "bf16")
     rows = _solve_json("--model", model, "--cluster", cluster)
-    assert list(rows[0])[-1] == "faster_than_published"  # the last column (contract)
+    from planner.plan import PLAN_COLUMNS
+
+    assert PLAN_COLUMNS[-1] == "faster_than_published"  # the last plan column (contract)
+    assert list(rows[0])[: len(PLAN_COLUMNS)] == list(PLAN_COLUMNS)
     for row in rows:
         slow_end = row["mfu"] * row["step_time_s"] / row["step_time_high_s"]
         assert row["faster_than_published"] == (slow_end > limit.mfu), row
