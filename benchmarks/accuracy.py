@@ -588,7 +588,7 @@ def moe_report(runs: Sequence[MeasuredRun], predictor: Predictor) -> pd.DataFram
         lays = [lay for _, lay in pairs]
         meas = np.array([r.measured_step_time_s for r in srs])
         preset = resolve_stack(name)
-        stock = preset.model_copy(update={"factors": StackFactors()})
+        stock = preset.model_copy(update={"factors": StackFactors(), "gpu_factors": {}})
         box = predict_with(stock, srs, lays) / meas - 1
         named = predict_with(preset, srs, lays) / meas - 1
         oos = np.full(len(srs), np.nan)
