@@ -46,7 +46,8 @@ def recipe_groups(runs: list[MeasuredRun], sources: tuple[str, ...],
     """One (run, median measured step time, how many rows) per distinct job and stated knobs."""
     groups: dict[tuple, list[MeasuredRun]] = {}
     for run in runs:
-        if run.source_id not in sources or run.oom or not run.measured_step_time_s:
+        if run.source_id not in sources or run.oom or not run.measured_step_time_s \
+                or run.model.is_moe:  # dense recipes (the MoE rows: accuracy.py --moe)
             continue
         key = (run.source_id, run.model.model_dump_json(), run.cluster.num_gpus,
                run.cluster.gpus_per_node, run.cluster.gpu.name, run.job.model_dump_json(),
