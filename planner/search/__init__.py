@@ -49,7 +49,7 @@ def enumerate_layouts(
 
     pins = normalize_pins(pins)
     domains = knob_domains(model, cluster, job, pins, tp_across_nodes)
-    structures = StructureModel(model, cluster, job, domains, config).enumerate()
+    structures = StructureModel(model, cluster, job, domains, config, pins).enumerate()
     return expand_structures(structures, pins, checks.offload_allowed(cluster))
 
 

@@ -6,8 +6,9 @@ passed through):
 
 1. StructureModel: the parallel degrees and the batch split as integer variables with their
    domains (problem.knob_domains) and the structural constraints: tp*pp*dp*cp = GPUs
-   (int_prod, CP-SAT's AddMultiplicationEquality), mbs*grad_accum*dp = global batch, ep divides
-   dp*cp (int_mod), interleaving only with pp > 1, pp*vpp dividing the layers (or the layers + 2)
+   (int_prod, CP-SAT's AddMultiplicationEquality), mbs*grad_accum*dp = global batch, the expert
+   folding (etp*ep divides tp*cp*dp, int_mod; etp paired with tp by a table constraint: 1, tp or
+   the pinned value), interleaving only with pp > 1, pp*vpp dividing the layers (or the layers + 2)
    and pp dividing grad_accum (Megatron's interleaved schedule). All its
    solutions are enumerated: they are the structures of the space, which the cost model then
    evaluates in one vectorized call.
@@ -41,8 +42,7 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model_helper as cmh
 
-from planner.layout import KNOBS
-from planner.search.problem import STRUCTURE_KNOBS, Domains, Space, Split, knob_code
+from planner.search.problem import KNOBS, STRUCTURE_KNOBS, Domains, Space, Split, knob_code
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
 INT64_SAFE = 2**62  # CP-SAT rejects models whose objective may overflow int64
@@ -105,6 +105,13 @@ class Proto:
         _expr(prod.target, target, constant)
         for var in factors:
             _expr(prod.exprs.add(), var)
+
+    def table(self, variables: Sequence[int], rows: Sequence[Sequence[int]]) -> None:
+        """The variables take one of the given rows of values (CP-SAT's table constraint)."""
+        con = self.proto.constraints.add().table
+        con.vars.extend(variables)
+        for row in rows:
+            con.values.extend(row)
 
     def modulo(
         self, target: int, numerator: int | None, modulus: int, constant_numerator: int = 0
@@ -182,15 +189,17 @@ class StructureModel:
         job: JobSpec,
         domains: Domains,
         config: SolverConfig | None = None,
+        pins: Mapping[str, Any] | None = None,
     ) -> None:
         self.spec, self.cluster, self.job, self.domains = model, cluster, job, domains
+        self.pins = dict(pins or {})
         self.config = config or SolverConfig()
         self.model = Proto()
         self.var: dict[str, int] = {}
         self._add_variables()
         self._add_gpu_product()
         self._add_global_batch()
-        self._add_expert_divisibility()
+        self._add_expert_folding()
         self._add_interleaving()
         self._add_search_order()
 
@@ -211,14 +220,26 @@ class StructureModel:
         self.grad_accum = self.model.new_var(range(1, batch + 1), "grad_accum")
         self.model.product(None, [self.var["mbs"], self.grad_accum, self.var["dp"]], batch)
 
-    def _add_expert_divisibility(self) -> None:
-        # ep divides dp*cp: experts are sharded over ranks of the data/context group
-        if len(self.domains.ep) <= 1:
+    def _add_expert_folding(self) -> None:
+        # etp is 1, tp or the pinned value (a dense model's etp is its tp), and etp*ep divides
+        # tp*cp*dp, the ranks of a pipeline stage (Megatron-Core's MoE parallel folding)
+        from planner.search.problem import etp_allowed
+
+        v, pins = self.var, self.pins
+        moe = self.spec.is_moe
+        pairs = [(t, e) for t in self.domains.tp for e in self.domains.etp
+                 if (etp_allowed(t, e, pins) if moe else e == t)]
+        self.model.table([v["tp"], v["etp"]], pairs)
+        if not moe or (len(self.domains.ep) <= 1 and max(self.domains.etp) <= 1):
             return
-        dp_cp = self.model.new_var(range(1, self.cluster.num_gpus + 1), "dp_cp")
-        self.model.product(dp_cp, [self.var["dp"], self.var["cp"]])
+        n = self.cluster.num_gpus
+        stage = self.model.new_var(range(1, n + 1), "tp_cp_dp")
+        self.model.product(stage, [v["tp"], v["cp"], v["dp"]])
+        folded = self.model.new_var(
+            range(1, max(self.domains.ep) * max(self.domains.etp) + 1), "etp_ep")
+        self.model.product(folded, [v["etp"], v["ep"]])
         zero = self.model.new_var([0], "zero_remainder")
-        self.model.modulo(zero, dp_cp, self.var["ep"])
+        self.model.modulo(zero, stage, folded)
 
     def _add_interleaving(self) -> None:
         # vpp > 1 only with pp > 1, pp*vpp dividing layers (or layers + 2), pp dividing grad_accum
@@ -265,7 +286,7 @@ class StructureModel:
         strategy.domain_reduction_strategy = cmh.DecisionStrategyProto.SELECT_MIN_VALUE
 
     def enumerate(self) -> list[tuple[int, ...]]:
-        """Every (tp, pp, dp, cp, ep, vpp, mbs) that satisfies the constraints, sorted."""
+        """Every (tp, pp, dp, cp, ep, etp, vpp, mbs) that satisfies the constraints, sorted."""
         if self.empty:
             return []
         collector = _Collector([self.var[k] for k in STRUCTURE_KNOBS])

@@ -9,7 +9,10 @@ The space (rules shared by the CP-SAT search and the exhaustive oracle; see docs
   this bounds the space); then powers of two dividing seq_len with an even chunk per rank.
 - pp: 1..layers (uneven stages allowed: the cost model gives stages floor/ceil layers).
 - dp: divides the global batch; tp * pp * dp * cp = GPUs.
-- ep: 1 for dense models; MoE: divisors of num_experts that divide dp * cp.
+- ep, etp: 1 and the TP size for dense models; MoE: ep divides num_experts, expert-TP etp is 1
+  or the TP size (Megatron-Core's default; torchtitan's FSDP2 + EP runs etp 1), and etp * ep
+  divides tp * cp * dp, the ranks of one pipeline stage (Megatron-Core's MoE parallel folding,
+  planner.layout): ep may exceed dp * cp by borrowing TP ranks.
 - vpp: 1, or 2..VPP_CAP when pp > 1, the layers split evenly into pp * vpp chunks (or the
   layers + 2: Megatron's account_for_embedding/loss_in_pipeline_split, how Llama 3 405B put 126
   layers on 16 x 8 chunks), and the micro-batches per step (grad_accum) divide by pp (Megatron's
@@ -37,10 +40,12 @@ import numpy as np
 
 from planner.costmodel import checks
 from planner.errors import SpecError
-from planner.layout import KNOBS, RECOMPUTE_LEVELS, Layout, group_span_nodes
+from planner.layout import RECOMPUTE_LEVELS, Layout, group_span_nodes
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
-STRUCTURE_KNOBS: tuple[str, ...] = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
+STRUCTURE_KNOBS: tuple[str, ...] = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs")
+# the space's columns and the pins: planner.layout.KNOBS with expert-TP after ep
+KNOBS: tuple[str, ...] = (*STRUCTURE_KNOBS, "zero", "recompute", "sp")
 MBS_CAP = 16  # largest micro-batch searched, sequences (Megatron/NeMo recipes use 1..8)
 CP_MIN_SEQ_LEN = 16384  # cp > 1 searched from this sequence length on (or when pinned)
 VPP_CAP = 16  # most virtual stages per GPU searched (Megatron recipes use 2..8)
@@ -81,6 +86,11 @@ def normalize_pins(pins: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def etp_allowed(tp: int, etp: int, pins: Mapping[str, Any]) -> bool:
+    """Expert-TP values searched for a TP size: 1, the TP size, or the pinned --etp."""
+    return etp in (1, tp) or etp == pins.get("etp")
+
+
 def knob_code(knob: str, value: Any) -> int:
     """Integer value of a knob for the solvers (recompute by level index, sp as 0/1)."""
     if knob == "recompute":
@@ -107,6 +117,7 @@ class Domains:
     pp: list[int]
     dp: list[int]
     ep: list[int]
+    etp: list[int]
     vpp: list[int]
     mbs: list[int]
 
@@ -143,6 +154,11 @@ def knob_domains(
         value = pins.get(knob)
         if value is not None and value not in domains[knob] and ok(value):
             domains[knob] = sorted([*domains[knob], value])
+    # expert-TP: the TP sizes (etp = tp) and, for MoE, 1 and a pinned --etp (etp_allowed pairs
+    # them with tp); a dense model's etp is its tp
+    etp_pin = [pins["etp"]] if model.is_moe and pins.get("etp") else []
+    domains["etp"] = (sorted({1, *domains["tp"], *etp_pin}) if model.is_moe
+                      else list(domains["tp"]))
     return Domains(**domains)
 
 
@@ -161,7 +177,8 @@ def inner_knobs(tp: int, dp: int, cp: int, pins: Mapping[str, Any],
 def expand_structures(
     structures: list[tuple[int, ...]], pins: Mapping[str, Any], offload: bool = False
 ) -> dict[str, np.ndarray]:
-    """Knob columns of the space: each (tp, pp, dp, cp, ep, vpp, mbs) times its inner knobs."""
+    """Knob columns of the space: each (tp, pp, dp, cp, ep, etp, vpp, mbs) times its inner
+    knobs."""
     rows = [
         (*st, z, r, s)
         for st in sorted(structures)
@@ -259,6 +276,7 @@ class Space:
             dp=int(k["dp"][i]),
             cp=int(k["cp"][i]),
             ep=int(k["ep"][i]),
+            etp=int(k["etp"][i]),
             vpp=int(k["vpp"][i]),
             mbs=int(k["mbs"][i]),
             zero=int(k["zero"][i]),
