@@ -176,10 +176,11 @@ def stage_layers(num_layers: int, pp: int, vpp: int) -> list[list[int]]:
 def default_layout(num_gpus: int, cluster_name: str, tp: int, pp: int, dp: int | None = None,
                    cp: int | None = None, ep: int | None = None, vpp: int | None = None,
                    mbs: int | None = None, zero: int | None = None, recompute=None,
-                   sp: bool | None = None) -> Layout:
+                   sp: bool | None = None, etp: int | None = None) -> Layout:
     """The layout `estimate` (and `explain` by pins, a launcher config) evaluates: the knobs
     given, the rest at the defaults above (dp = GPUs / (tp pp cp), cp = ep = vpp = mbs = 1,
-    DEFAULT_ZERO, DEFAULT_RECOMPUTE, sp on when tp > 1; cli.estimate's ESTIMATE_HELP says it)."""
+    etp = tp, DEFAULT_ZERO, DEFAULT_RECOMPUTE, sp on when tp > 1; cli.estimate's ESTIMATE_HELP
+    says it)."""
     cp = cp or 1
     if dp is None:
         n = num_gpus
@@ -201,6 +202,7 @@ def default_layout(num_gpus: int, cluster_name: str, tp: int, pp: int, dp: int |
         recompute=getattr(recompute, "value", recompute) if recompute is not None
         else DEFAULT_RECOMPUTE,
         sp=(tp > 1) if sp is None else sp,
+        etp=etp or 0,
     )
 
 
