@@ -53,6 +53,14 @@ def expert_fold_allowed(tp: int, cp: int, dp: int, ep: int, etp: int) -> bool:
     return (tp * cp * dp) % (etp * ep) == 0
 
 
+def moe_needs_sp(model: ModelSpec, tp: int, sp: bool) -> bool:
+    """An MoE model with tp > 1 but sp off: Megatron-Core's MoELayer raises in training
+    ("performance may degrade if MoE and tensor parallelism are enabled without also enabling
+    sequence parallelism", megatron/core/transformer/moe/moe_layer.py at d98e8a6); torchtitan's
+    TP plan always shards the sequence (SequenceParallel)."""
+    return model.is_moe and tp > 1 and not sp
+
+
 def vpp_allowed(num_layers: int, pp: int, vpp: int) -> bool:
     """Interleaving (vpp > 1) needs pp > 1 and pp*vpp chunks dividing the layers, or the layers
     + 2 (Megatron's account_for_embedding/loss_in_pipeline_split)."""
@@ -158,6 +166,9 @@ def layout_violations(
                 f"etp*ep = {lo.expert_tp}*{lo.ep} = {lo.expert_tp * lo.ep} does not divide the "
                 f"tp*cp*dp = {lo.tp * lo.cp * lo.dp} ranks of a pipeline stage (Megatron-Core "
                 "folds the expert groups over them)")
+    if moe_needs_sp(model, lo.tp, lo.sp):
+        out.append(f"tp={lo.tp} on a mixture-of-experts model needs sequence parallelism (sp): "
+                   "Megatron-Core refuses MoE with TP but without SP in training")
     if lo.sp and lo.tp == 1:
         out.append("sequence parallelism (sp) needs tp > 1")
     return out

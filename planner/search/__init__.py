@@ -50,7 +50,7 @@ def enumerate_layouts(
     pins = normalize_pins(pins)
     domains = knob_domains(model, cluster, job, pins, tp_across_nodes)
     structures = StructureModel(model, cluster, job, domains, config, pins).enumerate()
-    return expand_structures(structures, pins, checks.offload_allowed(cluster))
+    return expand_structures(structures, pins, checks.offload_allowed(cluster), model.is_moe)
 
 
 def build_space(

@@ -75,7 +75,7 @@ def pooled_knobs(model: ModelSpec, pooled: PooledCluster, job: JobSpec,
             for mbs in range(1, MBS_CAP + 1):
                 if batch % (mbs * dp):
                     continue
-                for z, r, s in inner_knobs(tp, dp, cp, pins, offload):
+                for z, r, s in inner_knobs(tp, dp, cp, pins, offload, model.is_moe):
                     rows.append((tp, pp, dp, cp, ep, tp, 1, mbs, z, r, s))  # etp = tp
     table = np.array(rows, dtype=np.int64).reshape(-1, len(KNOBS))
     keep = np.ones(len(table), dtype=bool)
