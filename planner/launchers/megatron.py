@@ -401,7 +401,7 @@ def read_args(args: dict[str, Any], imported: Imported) -> Imported:
     for flag, knob in (("--tensor-model-parallel-size", "tp"),
                        ("--pipeline-model-parallel-size", "pp"),
                        ("--context-parallel-size", "cp"), ("--expert-model-parallel-size", "ep"),
-                       ("--micro-batch-size", "mbs")):
+                       ("--expert-tensor-parallel-size", "etp"), ("--micro-batch-size", "mbs")):
         value = as_int(args.get(flag))
         if value:
             pins[knob] = value

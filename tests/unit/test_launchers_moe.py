@@ -37,3 +37,19 @@ def test_megatrons_defaults_stay_implicit():
     assert "--expert-tensor-parallel-size" not in args
     assert "--moe-expert-capacity-factor" not in args
     assert args["--moe-token-dispatcher-type"] == "alltoall"
+
+
+def test_expert_tp_is_read_back():
+    from planner.launchers import read_config
+
+    job = JobSpec(seq_len=4096, global_batch=512)
+    plan = LaunchPlan(load_model("mixtral-8x7b"), parse_cluster("64xH100"), job,
+                      Layout(tp=4, pp=2, dp=8, ep=8, etp=1, sp=True, zero=1))
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "train.sh"
+        path.write_text(export_plan("megatron", plan).text)
+        imported = read_config(path)
+    assert (imported.pins["ep"], imported.pins["etp"]) == (8, 1)
