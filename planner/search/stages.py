@@ -155,16 +155,21 @@ def split_dp(problem: SplitProblem) -> Split:
     return Split(tuple(second[1]), slowest, second[0])
 
 
-def _balanced_bound(space: Space, rows: np.ndarray) -> np.ndarray:
-    """A lower bound on each row's step time over every split: (grad_accum + bubble slots) x
-    the slowest stage, at least the average stage time with stage times linear in their layers
-    (T_i(n) = a n + b_i, b_i the embedding or LM head alone), and the lone head or embedding
-    with one layer."""
+def _balanced_bound(space: Space, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lower bound on each row's step time over every split, whether some split can lower
+    its slowest stage below the even rule's). Stage times are linear in their layers
+    (T_i(n) = a n + b_i, b_i the embedding or LM head alone); the lowest slowest-stage time
+    with whole layers, T*, is the smallest T with sum_i floor((T - b_i) / a) >= layers and
+    T >= every T_i(1). It lies within one layer's time a above the balanced average (at
+    T = that + a every stage holds one more layer than its share), so T* is the smallest of
+    the pp candidates a ceil((lo - b_i) / a) + b_i that holds the layers. The bound is
+    (grad_accum + bubble slots) x T*."""
     from planner.costmodel.batch import stage_costs
 
     model, cluster, job = space.model, space.cluster, space.job
     layers = model.num_hidden_layers
     out = np.zeros(len(rows))
+    gains = np.zeros(len(rows), dtype=bool)
     pps = space.knobs["pp"][rows]
     for pp in np.unique(pps):
         mine = np.flatnonzero(pps == pp)
@@ -172,14 +177,23 @@ def _balanced_bound(space: Space, rows: np.ndarray) -> np.ndarray:
         knobs = {k: v[rows[mine]] for k, v in space.knobs.items() if k != "stage_layers"}
         t, _ = stage_costs(model, cluster, job, knobs, feats)
         one, two = t[:, 0::2], t[:, 1::2]  # (rows, stages)
-        a = two[:, 0] - one[:, 0]  # time per layer (the same on every stage)
-        fixed = one - a[:, None]  # b_i: the embedding, the LM head, nothing on inner stages
-        average = (a * layers + fixed.sum(axis=1)) / pp
-        slowest = np.maximum(average, one.max(axis=1))
+        a = np.maximum(two[:, 0] - one[:, 0], 1e-30)[:, None]  # time per layer
+        fixed = one - a  # b_i: the embedding, the LM head, nothing on inner stages
+        average = (a[:, 0] * layers + fixed.sum(axis=1)) / pp
+        lo = np.maximum(average, one.max(axis=1))[:, None]
+        eps = 1e-9 * lo
+        cand = a * np.ceil((lo - fixed) / a - 1e-9) + fixed  # (rows, pp): one per stage
+        cand = np.maximum(cand, lo)
+        held = np.floor((cand[:, :, None] - fixed[:, None, :]) / a[:, :, None] + 1e-9)
+        ok = held.sum(axis=2) >= layers - 1e-9
+        best = np.where(ok, cand, np.inf).min(axis=1)
+        even = np.asarray(pipeline.stage_layer_counts(layers, int(pp)), dtype=float)
+        even_slowest = (a * even[None, :] + fixed).max(axis=1)
         m = space.columns["grad_accum"][rows[mine]].astype(float)
         slots = pipeline.bubble_slots(pp, 1, m)
-        out[mine] = (m + slots) * slowest
-    return out
+        out[mine] = (m + slots) * best
+        gains[mine] = best < even_slowest - eps[:, 0]
+    return out, gains
 
 
 SPLIT_CHUNK = 32  # candidate layouts whose splits are solved between two updates of the bound
@@ -206,11 +220,11 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
     kth = np.inf
     if eligible.sum() >= top_k:
         kth = float(np.partition(step[eligible], top_k - 1)[top_k - 1])
-    bound = _balanced_bound(space, rows)
-    # a row can gain only if a perfectly balanced split beats the K-th best plan, and its own
-    # even split is not already that balanced (or does not fit)
+    bound, gains = _balanced_bound(space, rows)
+    # a row can gain only if its best whole-layer split beats the K-th best plan, and lowers
+    # the slowest stage below its even split's (or the even split does not fit)
     slack = 1e-9 * np.maximum(step[rows], 1.0)
-    keep = (bound <= kth + slack) & ((bound < step[rows] - slack) | ~space.fits[rows])
+    keep = (bound <= kth + slack) & (gains | ~space.fits[rows])
     cand, bound = rows[keep], bound[keep]
     if not len(cand):
         return space, 0
