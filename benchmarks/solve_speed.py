@@ -179,6 +179,17 @@ def moe_section(repeats: int) -> str:
         f"{os.getloadavg()[0]:.1f} while measuring.", "",
         "Columns as above; ties ms = the selection and the tie ranking; peak MB = the search's "
         "peak traced memory (tracemalloc, in process).", "",
+        "Where the time goes (issue 22): the MoE spaces were 125k-529k layouts (Mixtral at seq "
+        "32768: cp up to 16384, 2 tokens per rank); the space now bounds cp by 1024 tokens per "
+        "rank, searches MoE with sp on only (Megatron-Core refuses MoE + TP without SP) and "
+        "enumerates ep, etp and mbs outside CP-SAT (its ~0.1 ms per solution: DeepSeek-V3's "
+        "11,340 structures took 2.1 s, 0.12 s now). What is left is the cost model on 100k+ rows "
+        "(DeepSeek-V3 at seq 32768 and 2**20 sequences) and the layers-per-stage search "
+        "(a CP-SAT model per candidate layout, ~6 ms to build and solve; the exact dynamic "
+        "program stages.split_dp solves the same problems in ~2 ms, measured on 300 Mixtral "
+        "splits, all 60 compared equal). Start-up: typer 0.29 imports pydantic for its "
+        "parameter coercion (typer._adapters, ~0.2 s of the loaded run's imports), the registry "
+        "pydantic models and yaml another ~0.1 s: 0.15 s needs a CLI path without them.", "",
         "| model | cluster | seq | batch | layouts | CP-SAT structure ms | cost model ms | "
         "stage split ms | selection + ties ms | peak MB | end to end wall s | "
         "end to end CPU s | rc |",
