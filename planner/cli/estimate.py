@@ -4,7 +4,7 @@
     planner estimate --model llama3-70b --cluster 64xH100 --tp 8 --pp 4 --zero 1 --json
     planner estimate --model gpt3-175b --cluster 16x8xA100 --tp 8 --pp 8 --vpp 3 --csv plan.csv
 
-Knobs not given take these defaults: dp = GPUs / (tp * pp * cp), cp = ep = vpp = mbs = 1,
+Knobs not given take these defaults: dp = GPUs / (tp * pp * cp), cp = ep = vpp = mbs = 1, etp = tp,
 zero = 1 (Megatron's distributed optimizer), recompute = selective, sp on when tp > 1.
 A layout that does not fit is still estimated (fits false, with what overflows); degrees that do
 not multiply to the GPU count or do not divide heads, layers or the batch exit 2.
@@ -23,11 +23,14 @@ from planner.cli.options import (
     CsvOpt,
     DpOpt,
     EpOpt,
+    EtpOpt,
     GlobalBatchOpt,
     GpuHourPriceOpt,
     GradDtypeOpt,
     JsonOpt,
     MbsOpt,
+    MoeCapacityOpt,
+    MoeDispatcherOpt,
     MtbfOpt,
     P2pOverlapOpt,
     PpOpt,
@@ -56,7 +59,7 @@ from planner.cli.options import (
 )
 from planner.cli.typer_app import app
 from planner.errors import LayoutError
-from planner.layout import default_layout
+from planner.layout import Layout, default_layout
 
 ESTIMATE_HELP = (
     "Predict step time, throughput, MFU and the memory of the most loaded GPU for one layout.\n\n"
@@ -77,6 +80,7 @@ def estimate_cmd(
     dp: DpOpt = None,
     cp: CpOpt = None,
     ep: EpOpt = None,
+    etp: EtpOpt = None,
     vpp: VppOpt = None,
     mbs: MbsOpt = None,
     zero: ZeroOpt = None,
@@ -87,6 +91,8 @@ def estimate_cmd(
     grad_dtype: GradDtypeOpt = None,
     tp_comm_overlap: TpOverlapOpt = None,
     p2p_overlap: P2pOverlapOpt = None,
+    moe_dispatcher: MoeDispatcherOpt = None,
+    moe_capacity_factor: MoeCapacityOpt = None,
     stack: StackOpt = None,
     seq_len: SeqLenOpt = None,
     global_batch: GlobalBatchOpt = None,
@@ -110,15 +116,16 @@ def estimate_cmd(
 
     preset = resolve_stack(stack)
     recipe = dict(precision=precision, attention=attention, grad_dtype=grad_dtype,
-                  tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap)
-    flags = layout_pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero,
-                        recompute=recompute, sp=sp)
+                  tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap,
+                  moe_dispatcher=moe_dispatcher, moe_capacity_factor=moe_capacity_factor)
+    flags = layout_pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=mbs,
+                        zero=zero, recompute=recompute, sp=sp)
     # with --config, its layout; the flags typed override it
     model_spec, cluster_spec, job, pins, _ = inputs(ctx, config, model, cluster, profile,
                                                     seq_len, global_batch, recipe, flags, stack,
                                                     pools=True)
-    tp, pp, dp, cp, ep, vpp, mbs, zero, recompute, sp = (pins.get(k) for k in (
-        "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp"))
+    tp, pp, dp, cp, ep, etp, vpp, mbs, zero, recompute, sp = (pins.get(k) for k in (
+        "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp"))
     counts = parse_stage_layers(stage_layers)
     if counts and pp is None:
         pp = len(counts)
@@ -137,8 +144,11 @@ def estimate_cmd(
     layout = default_layout(cluster_spec.num_gpus, str(cluster_spec), tp=tp, pp=pp, dp=dp, cp=cp,
                             ep=ep, vpp=vpp if vpp is not None else fixed.get("vpp"), mbs=mbs,
                             zero=zero if zero is not None else fixed.get("zero"),
-                            recompute=recompute, sp=sp if sp is not None else fixed.get("sp"))
+                            recompute=recompute, sp=sp if sp is not None else fixed.get("sp"),
+                            etp=etp)
     layout = dataclasses.replace(layout, stage_layers=counts)
+    if etp is None and model_spec.is_moe and layout.etp == 0:
+        layout = _fold_experts(layout)
     if isinstance(cluster_spec, PooledCluster):
         from planner.costmodel.pools import estimate_pooled
 
@@ -185,3 +195,17 @@ def estimate_cmd(
         console.print("! " + flagged, markup=False)
     if csv is not None:
         console.print(f"wrote {csv}")
+
+
+def _fold_experts(layout: Layout) -> Layout:
+    """The layout with etp 1 where Megatron's default etp = tp does not fold (etp*ep must
+    divide tp*cp*dp; e.g. Qwen3-235B's tp 2, dp 16, ep 32, run with expert-TP 1), saying so."""
+    from planner.costmodel.checks import expert_fold_allowed
+
+    lo = layout
+    if expert_fold_allowed(lo.tp, lo.cp, lo.dp, lo.ep, lo.tp) or not expert_fold_allowed(
+            lo.tp, lo.cp, lo.dp, lo.ep, 1):
+        return layout
+    typer.echo(f"note: etp = tp = {lo.tp} does not fold with ep={lo.ep} over tp*cp*dp = "
+               f"{lo.tp * lo.cp * lo.dp} ranks; estimating etp=1 (give --etp to choose)", err=True)
+    return dataclasses.replace(layout, etp=1)

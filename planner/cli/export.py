@@ -32,9 +32,12 @@ from planner.cli.options import (
     CpOpt,
     DpOpt,
     EpOpt,
+    EtpOpt,
     GlobalBatchOpt,
     GradDtypeOpt,
     MbsOpt,
+    MoeCapacityOpt,
+    MoeDispatcherOpt,
     P2pOverlapOpt,
     PpOpt,
     PrecisionChoice,
@@ -66,6 +69,7 @@ def export_cmd(
     dp: DpOpt = None,
     cp: CpOpt = None,
     ep: EpOpt = None,
+    etp: EtpOpt = None,
     vpp: VppOpt = None,
     mbs: MbsOpt = None,
     zero: ZeroOpt = None,
@@ -76,6 +80,8 @@ def export_cmd(
     grad_dtype: GradDtypeOpt = None,
     tp_comm_overlap: TpOverlapOpt = None,
     p2p_overlap: P2pOverlapOpt = None,
+    moe_dispatcher: MoeDispatcherOpt = None,
+    moe_capacity_factor: MoeCapacityOpt = None,
     stack: StackOpt = None,
     seq_len: SeqLenOpt = None,
     global_batch: GlobalBatchOpt = None,
@@ -92,13 +98,16 @@ def export_cmd(
     from planner.stacks import resolve_stack
 
     pins = stack_pins(resolve_stack(stack), layout_pins(
-        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp))
+        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
+        recompute=recompute, sp=sp))
     recipe = dict(precision=precision, attention=attention, grad_dtype=grad_dtype,
-                  tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap)
+                  tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap,
+                  moe_dispatcher=moe_dispatcher, moe_capacity_factor=moe_capacity_factor)
     model_spec, cluster_spec, job, pins, _ = inputs(ctx, config, model, cluster, profile,
                                                     seq_len, global_batch, recipe, pins, stack)
-    if all(k in pins for k in KNOBS):
-        layout = Layout(**{k: pins[k] for k in KNOBS})
+    knobs = [k for k in KNOBS if k != "etp"]  # etp defaults to the TP size
+    if all(k in pins for k in knobs):
+        layout = Layout(**{k: pins[k] for k in knobs}, etp=pins.get("etp", 0))
         plan = Plan(layout, estimate(model_spec, cluster_spec, job, layout))
         if not plan.estimate.fits:
             print(f"warning: {layout} does not fit ({plan.estimate.peak_mem_gb:.1f} GiB of "

@@ -42,7 +42,8 @@ OutOpt = Annotated[Path | None, typer.Option(
 RankOpt = Annotated[int, typer.Option("--rank", min=1, max=limits.MAX_TOP,
                                       help="Which ranked plan to write.")]
 
-RECIPE_OPTIONS = ("precision", "attention", "grad_dtype", "tp_comm_overlap", "p2p_overlap")
+RECIPE_OPTIONS = ("precision", "attention", "grad_dtype", "tp_comm_overlap", "p2p_overlap",
+                  "moe_dispatcher", "moe_capacity_factor")
 
 
 def given(ctx: typer.Context, names: tuple[str, ...]) -> set[str]:
@@ -68,7 +69,8 @@ def inputs(ctx: typer.Context, config: Path | None, model: str | None, cluster: 
         if model is None or cluster is None:
             raise SpecError("give --model and --cluster (or --config with a launcher config)")
         model_spec, cluster_spec, job = load_inputs(
-            model, cluster, profile, seq_len, global_batch, *(recipe[k] for k in RECIPE_OPTIONS),
+            model, cluster, profile, seq_len, global_batch,
+            *(recipe.get(k) for k in RECIPE_OPTIONS),
             stack=stack, pools=pools)
         return model_spec, cluster_spec, job, pins, None
     from planner.launchers import read_config, resolve
@@ -76,7 +78,7 @@ def inputs(ctx: typer.Context, config: Path | None, model: str | None, cluster: 
 
     imported = read_config(config)
     typed = given(ctx, RECIPE_OPTIONS)
-    job_overrides = {k: unwrap[k] for k in typed}
+    job_overrides = {k: unwrap[k] for k in typed if k in unwrap}
     job_overrides.update(seq_len=seq_len, global_batch=global_batch)
     gpu = load_gpu(str(profile)) if profile is not None else None
     resolved = resolve(imported, model, cluster, gpu, job_overrides, pins)

@@ -35,6 +35,12 @@ class GradDtypeChoice(str, Enum):
     half_fp32 = "half+fp32"
 
 
+class MoeDispatcherChoice(str, Enum):
+    alltoall = "alltoall"
+    allgather = "allgather"
+    deepep = "deepep"
+
+
 class PrecisionChoice(str, Enum):
     bf16 = "bf16"
     fp16 = "fp16"
@@ -126,6 +132,8 @@ PpOpt = _count("--pp", limits.MAX_LAYERS, "Pipeline-parallel degree.")
 DpOpt = _count("--dp", limits.MAX_GPUS, "Data-parallel degree.")
 CpOpt = _count("--cp", limits.MAX_GPUS, "Context-parallel degree.")
 EpOpt = _count("--ep", limits.MAX_EXPERTS, "Expert-parallel degree (MoE).")
+EtpOpt = _count("--etp", limits.MAX_GPUS, "Expert tensor-parallel degree (MoE; default: the TP "
+                "size). Expert groups fold over the tp*cp*dp ranks: etp*ep divides them.")
 VppOpt = _count("--vpp", limits.MAX_LAYERS,
                 "Virtual stages per GPU (interleaved 1F1B); 1 = 1F1B.")
 MbsOpt = _count("--mbs", limits.MAX_GLOBAL_BATCH, "Micro-batch size, sequences.")
@@ -178,6 +186,18 @@ P2pOverlapOpt = Annotated[
         help="Interleaved 1F1B overlaps pipeline sends with compute (Megatron-Core "
         "overlap_p2p_comm). Default: the --stack's (on for Megatron-Core).",
     ),
+]
+MoeDispatcherOpt = Annotated[
+    MoeDispatcherChoice | None,
+    typer.Option("--moe-dispatcher", help="MoE token dispatcher: alltoall (NCCL all-to-all), "
+                 "allgather, or deepep (Megatron-Core's flex dispatcher with DeepEP). "
+                 "Default: alltoall."),
+]
+MoeCapacityOpt = Annotated[
+    float | None,
+    typer.Option("--moe-capacity-factor", min=0.01, max=1024, callback=finite,
+                 help="MoE expert capacity factor: tokens beyond it x the mean per expert are "
+                 "dropped (caps the router's load imbalance). Default: dropless."),
 ]
 StackOpt = Annotated[
     str | None,
@@ -258,6 +278,8 @@ def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | N
                 attention: AttentionChoice | None = None,
                 grad_dtype: GradDtypeChoice | None = None,
                 tp_comm_overlap: bool | None = None, p2p_overlap: bool | None = None,
+                moe_dispatcher: MoeDispatcherChoice | None = None,
+                moe_capacity_factor: float | None = None,
                 stack: Any = None, pools: bool = False):
     """Resolve --model/--cluster/--profile/--seq-len/--global-batch/--precision and the job
     recipe to specs. `stack` (a StackPreset, a name or free text; None = megatron-core) sets the
@@ -284,7 +306,8 @@ def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | N
         precision=precision.value,
     ), stack if isinstance(stack, str) else "")
     given = layout_pins(attention=attention, grad_dtype=grad_dtype,
-                        tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap)
+                        tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap,
+                        moe_dispatcher=moe_dispatcher, moe_capacity_factor=moe_capacity_factor)
     if given:
         job = job.model_copy(update=given)
     return model_spec, cluster_spec, job

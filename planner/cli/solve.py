@@ -36,12 +36,15 @@ from planner.cli.options import (
     CsvOpt,
     DpOpt,
     EpOpt,
+    EtpOpt,
     EvenStagesOpt,
     GlobalBatchOpt,
     GpuHourPriceOpt,
     GradDtypeOpt,
     JsonOpt,
     MbsOpt,
+    MoeCapacityOpt,
+    MoeDispatcherOpt,
     MtbfOpt,
     P2pOverlapOpt,
     PpOpt,
@@ -111,6 +114,7 @@ def solve_cmd(
     dp: DpOpt = None,
     cp: CpOpt = None,
     ep: EpOpt = None,
+    etp: EtpOpt = None,
     vpp: VppOpt = None,
     mbs: MbsOpt = None,
     zero: ZeroOpt = None,
@@ -121,6 +125,8 @@ def solve_cmd(
     grad_dtype: GradDtypeOpt = None,
     tp_comm_overlap: TpOverlapOpt = None,
     p2p_overlap: P2pOverlapOpt = None,
+    moe_dispatcher: MoeDispatcherOpt = None,
+    moe_capacity_factor: MoeCapacityOpt = None,
     stack: StackOpt = None,
     seq_len: SeqLenOpt = None,
     global_batch: GlobalBatchOpt = None,
@@ -151,14 +157,15 @@ def solve_cmd(
 
     preset = resolve_stack(stack)
     pins = stack_pins(preset, layout_pins(
-        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp
-    ))
+        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
+        recompute=recompute, sp=sp))
     if out is not None and export is None:
         from planner.errors import SpecError
 
         raise SpecError("--out goes with --export LAUNCHER")
     recipe = dict(precision=precision, attention=attention, grad_dtype=grad_dtype,
-                  tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap)
+                  tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap,
+                  moe_dispatcher=moe_dispatcher, moe_capacity_factor=moe_capacity_factor)
     # with --config, the config's layout is the one to compare; only typed flags are pinned
     model_spec, cluster_spec, job, current_pins, resolved = inputs(
         ctx, config, model, cluster, profile, seq_len, global_batch, recipe, pins, stack,

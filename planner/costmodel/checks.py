@@ -47,6 +47,20 @@ def cp_allowed(job: JobSpec, cp: int) -> bool:
     return job.seq_len % cp == 0 and (cp == 1 or (job.seq_len // cp) % 2 == 0)
 
 
+def expert_fold_allowed(tp: int, cp: int, dp: int, ep: int, etp: int) -> bool:
+    """Megatron-Core's MoE parallel folding: expert-TP x EP divides the tp*cp*dp ranks of a
+    pipeline stage (planner.layout's docstring cites the checks)."""
+    return (tp * cp * dp) % (etp * ep) == 0
+
+
+def moe_needs_sp(model: ModelSpec, tp: int, sp: bool) -> bool:
+    """An MoE model with tp > 1 but sp off: Megatron-Core's MoELayer raises in training
+    ("performance may degrade if MoE and tensor parallelism are enabled without also enabling
+    sequence parallelism", megatron/core/transformer/moe/moe_layer.py at d98e8a6); torchtitan's
+    TP plan always shards the sequence (SequenceParallel)."""
+    return model.is_moe and tp > 1 and not sp
+
+
 def vpp_allowed(num_layers: int, pp: int, vpp: int) -> bool:
     """Interleaving (vpp > 1) needs pp > 1 and pp*vpp chunks dividing the layers, or the layers
     + 2 (Megatron's account_for_embedding/loss_in_pipeline_split)."""
@@ -139,14 +153,22 @@ def layout_violations(
             f"cp={lo.cp} needs an even chunk per rank (s/cp = {job.seq_len // lo.cp}; "
             "causal load balancing splits it in two)"
         )
-    if lo.ep > 1:
-        if not model.is_moe:
-            out.append(f"ep={lo.ep} needs a mixture-of-experts model ({model.name} is dense)")
-        else:
-            if model.num_experts % lo.ep:
-                out.append(f"ep={lo.ep} does not divide the {model.num_experts} experts")
-            if (lo.dp * lo.cp) % lo.ep:
-                out.append(f"ep={lo.ep} does not divide dp*cp = {lo.dp * lo.cp}")
+    if lo.etp < 0:
+        out.append(f"etp={lo.etp} must be at least 1")
+    elif (lo.ep > 1 or lo.etp) and not model.is_moe:
+        knob = f"ep={lo.ep}" if lo.ep > 1 else f"etp={lo.etp}"
+        out.append(f"{knob} needs a mixture-of-experts model ({model.name} is dense)")
+    elif model.is_moe:
+        if model.num_experts % lo.ep:
+            out.append(f"ep={lo.ep} does not divide the {model.num_experts} experts")
+        if not expert_fold_allowed(lo.tp, lo.cp, lo.dp, lo.ep, lo.expert_tp):
+            out.append(
+                f"etp*ep = {lo.expert_tp}*{lo.ep} = {lo.expert_tp * lo.ep} does not divide the "
+                f"tp*cp*dp = {lo.tp * lo.cp * lo.dp} ranks of a pipeline stage (Megatron-Core "
+                "folds the expert groups over them)")
+    if moe_needs_sp(model, lo.tp, lo.sp):
+        out.append(f"tp={lo.tp} on a mixture-of-experts model needs sequence parallelism (sp): "
+                   "Megatron-Core refuses MoE with TP but without SP in training")
     if lo.sp and lo.tp == 1:
         out.append("sequence parallelism (sp) needs tp > 1")
     return out

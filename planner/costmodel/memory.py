@@ -333,26 +333,28 @@ class StageState:
     """Parameters and model-state bytes of one GPU of each stage, (layouts, stages) arrays."""
 
     p_dense: np.ndarray  # non-expert parameters on one GPU (after TP)
-    p_expert: np.ndarray  # routed-expert parameters on one GPU (after EP x TP)
+    p_expert: np.ndarray  # routed-expert parameters on one GPU (after EP x expert-TP)
     d_dense: np.ndarray  # (layouts,) ZeRO / distributed-optimizer group: dp x cp
-    d_expert: np.ndarray  # (layouts,) expert-data-parallel group: dp x cp / ep
+    d_expert: np.ndarray  # (layouts,) expert-data-parallel group: tp x cp x dp / (etp x ep)
     weights: np.ndarray  # bytes
     grads: np.ndarray  # bytes
     optimizer: np.ndarray  # bytes
     unit: np.ndarray  # one layer's 16-bit params on one GPU, the FSDP / ZeRO-3 unit, bytes
 
 
-def stage_state(stages, tp, dp, cp, ep, zero, grad_dtype: str = "auto") -> StageState:
+def stage_state(stages, tp, dp, cp, ep, zero, grad_dtype: str = "auto", etp=None) -> StageState:
     """Weights, gradients and optimizer state of each stage's GPU (param_state_arrays on its
-    local parameters; experts sharded over ep as well)."""
+    local parameters). Experts are split over ep x etp (etp None: tp) and their state sharded
+    over the expert-DP replicas, tp x cp x dp / (etp x ep) (Megatron-Core's folding)."""
     col, st = _COL, stages
+    etp = tp if etp is None else etp
     p_dense = st["p_dense"] / tp[col]
-    p_exp = st["p_expert"] / (ep * tp)[col]
+    p_exp = st["p_expert"] / (ep * etp)[col]
     d_dense = dp * cp
-    d_exp = np.maximum(dp * cp / ep, 1.0)
+    d_exp = np.maximum(tp * dp * cp / (ep * etp), 1.0)
     wd, gd, od = param_state_arrays(zero, d_dense, grad_dtype)
     we, ge, oe = param_state_arrays(zero, d_exp, grad_dtype)
-    unit = (st["max_layer_params"] + st["max_layer_experts"] / ep[col]) / tp[col] * 2.0
+    unit = (st["max_layer_params"] / tp[col] + st["max_layer_experts"] / (ep * etp)[col]) * 2.0
     return StageState(
         p_dense=p_dense, p_expert=p_exp, d_dense=d_dense, d_expert=d_exp,
         weights=p_dense * wd[col] + p_exp * we[col],
@@ -389,19 +391,18 @@ def stage_activation_bytes(model: ModelSpec, stages, tokens, tp, sp, recompute, 
 
 
 def stage_other_bytes(model: ModelSpec, software: str, grad_dtype: str, stages, state: StageState,
-                      tokens, tp, pp, ep, zero, a2a_bytes, activations):
+                      tokens, tp, pp, zero, ep_buffer, activations):
     """Temporary buffers of one GPU of each stage: the largest collective's (the SP all-gather
-    output, or the all-to-all send + receive), ZeRO-2/3 unsharded units (nothing gathered on a
-    DP group of one rank), the step's fp32 gradient shard (step_grad_bytes) and, for
-    software "deepspeed-2022", the fp32 copy of the largest gradient and the reduce bucket
-    (recipe_buffers), the eager CUDA context and extra NCCL communicators
-    (runtime_extra_bytes). Buffers that exist only after the backward count beyond the
+    output, or the MoE dispatcher's buffers, ep_buffer: moe.dispatch_buffer_bytes), ZeRO-2/3
+    unsharded units (nothing gathered on a DP group of one rank), the step's fp32 gradient
+    shard (step_grad_bytes) and, for software "deepspeed-2022", the fp32 copy of the largest
+    gradient and the reduce bucket (recipe_buffers), the eager CUDA context and extra NCCL
+    communicators (runtime_extra_bytes). Buffers that exist only after the backward count beyond the
     activations they replace: peak = max(activations + backward buffers, after-backward)."""
     col, st = _COL, stages
     h = model.hidden_size
     tp_buf = np.where(tp > 1, tokens * h * 2, 0.0)  # SP all-gather output (one b s h tensor)
-    ep_buf = np.where(ep > 1, 2 * a2a_bytes, 0.0)  # all-to-all send + receive
-    coll = np.maximum(tp_buf, ep_buf)
+    coll = np.maximum(tp_buf, ep_buffer)
     unit_c = np.where((state.d_dense > 1)[col], state.unit, 0.0)
     z = zero[col]
     zero_units = np.select([z == 2, z == 3], [unit_c, ZERO3_LIVE_UNITS * unit_c], default=0.0)

@@ -136,6 +136,8 @@ def layout_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
         args.append(("--context-parallel-size", lay.cp))
     if lay.ep > 1:
         args.append(("--expert-model-parallel-size", lay.ep))
+    if plan.model.is_moe:
+        args += moe_args(plan)
     args += [("--micro-batch-size", lay.mbs), ("--global-batch-size", job.global_batch)]
     if lay.sp:
         args.append(("--sequence-parallel", True))
@@ -167,6 +169,27 @@ def layout_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
         args.append(("--tp-comm-overlap", True))
     if lay.vpp > 1 and not job.p2p_overlap:
         args.append(("--no-overlap-p2p-communication", True))
+    return args
+
+
+# JobSpec.moe_dispatcher -> Megatron-Core's moe_token_dispatcher_type (DeepEP is the flex
+# dispatcher's backend; transformer_config.py at d98e8a6)
+MOE_DISPATCHER = {"alltoall": [("--moe-token-dispatcher-type", "alltoall")],
+                  "allgather": [("--moe-token-dispatcher-type", "allgather")],
+                  "deepep": [("--moe-token-dispatcher-type", "flex"),
+                             ("--moe-flex-dispatcher-backend", "deepep")]}
+
+
+def moe_args(plan: LaunchPlan) -> list[tuple[str, Any]]:
+    """Expert-TP (where it differs from TP, Megatron's default), the token dispatcher and the
+    capacity factor (none: dropless) of an MoE plan."""
+    lay, job = plan.layout, plan.job
+    args: list[tuple[str, Any]] = []
+    if lay.etp:
+        args.append(("--expert-tensor-parallel-size", lay.expert_tp))
+    args += MOE_DISPATCHER[job.moe_dispatcher]
+    if job.moe_capacity_factor is not None:
+        args.append(("--moe-expert-capacity-factor", job.moe_capacity_factor))
     return args
 
 
@@ -378,7 +401,7 @@ def read_args(args: dict[str, Any], imported: Imported) -> Imported:
     for flag, knob in (("--tensor-model-parallel-size", "tp"),
                        ("--pipeline-model-parallel-size", "pp"),
                        ("--context-parallel-size", "cp"), ("--expert-model-parallel-size", "ep"),
-                       ("--micro-batch-size", "mbs")):
+                       ("--expert-tensor-parallel-size", "etp"), ("--micro-batch-size", "mbs")):
         value = as_int(args.get(flag))
         if value:
             pins[knob] = value

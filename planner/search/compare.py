@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.layout import KNOBS, Layout
-from planner.search.problem import Space, knob_code
+from planner.layout import Layout
+from planner.search.problem import KNOBS, Space, knob_code
 
 # A layout "reaches the best" within this fraction of the best step time: finer than the cost
 # model can tell apart (its held-out median error is several percent, README Accuracy), so the
@@ -59,7 +59,10 @@ def compare(space: Space, current: Layout, current_step_time_s: float,
     rank = int((fits & (times < current_step_time_s)).sum()) + 1 if current_fits else None
     diff = np.zeros(len(times), dtype=int)
     for knob in CHANGE_KNOBS:
-        diff += np.asarray(space.knobs[knob]) != knob_code(knob, getattr(current, knob))
+        column = np.asarray(space.knobs[knob])
+        if knob == "etp":  # as a Layout holds it: 0 where expert-TP follows TP
+            column = np.where(column == np.asarray(space.knobs["tp"]), 0, column)
+        diff += column != knob_code(knob, getattr(current, knob))
     comparison = Comparison(current, current_step_time_s, current_fits, rank, fitting,
                             space.layout(best_i), best_time)
     reach = fits & (times <= best_time * (1 + REACH_TOLERANCE))

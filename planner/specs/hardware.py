@@ -404,6 +404,23 @@ class JobSpec(BaseModel):
             "as batched GEMMs)."
         ),
     )
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = Field(
+        default="alltoall",
+        description=(
+            "MoE token dispatcher (Megatron-Core moe_token_dispatcher_type): alltoall (NCCL "
+            "all-to-all over EP, all-gather over expert-TP), allgather (every token gathered "
+            "over the expert-TP x EP group) or deepep (the flex dispatcher's DeepEP kernels, "
+            "at DeepEP's measured bandwidths). Dense models ignore it."
+        ),
+    )
+    moe_capacity_factor: float | None = Field(
+        default=None, gt=0, le=1024,
+        description=(
+            "MoE expert capacity factor (Megatron-Core moe_expert_capacity_factor): tokens "
+            "beyond factor x the mean per expert are dropped, which caps the router's load "
+            "imbalance; None = dropless (the imbalance counts in full)."
+        ),
+    )
     software: Literal["current", "deepspeed-2022"] = Field(
         default="current",
         description=(
