@@ -95,10 +95,13 @@ def export_cmd(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp))
     recipe = dict(precision=precision, attention=attention, grad_dtype=grad_dtype,
                   tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap)
-    model_spec, cluster_spec, job, pins, _ = inputs(ctx, config, model, cluster, profile,
-                                                    seq_len, global_batch, recipe, pins, stack)
+    model_spec, cluster_spec, job, pins, resolved = inputs(ctx, config, model, cluster, profile,
+                                                           seq_len, global_batch, recipe, pins,
+                                                           stack)
     if all(k in pins for k in KNOBS):
-        layout = Layout(**{k: pins[k] for k in KNOBS})
+        counts = resolved.imported.stage_layers if resolved is not None else ()
+        layout = Layout(**{k: pins[k] for k in KNOBS},
+                        stage_layers=counts if len(counts) == pins["pp"] else ())
         plan = Plan(layout, estimate(model_spec, cluster_spec, job, layout))
         if not plan.estimate.fits:
             print(f"warning: {layout} does not fit ({plan.estimate.peak_mem_gb:.1f} GiB of "

@@ -129,6 +129,9 @@ class Imported:
     # the software that wrote it ("Megatron-LM", "NeMo/Megatron-Bridge", ...): the seam where the
     # stack presets (planner/stacks.py) can pick their stack from a config or a log
     framework: str = ""
+    # layers per pipeline stage when the config splits them otherwise than the planner's even
+    # rule (vpp 1); () = the even rule
+    stage_layers: tuple[int, ...] = ()
 
     def world_size(self) -> int | None:
         """GPUs of the launch: the launch line's nodes x GPUs per node, else the degrees'
