@@ -143,9 +143,9 @@ def resolve(imported: Imported, model: str | None, cluster: str | ClusterSpec | 
     cluster_spec = _cluster(imported, cluster, profile)
     pins = dict(imported.pins)
     pins.update({k: v for k, v in (pin_overrides or {}).items() if v is not None})
-    per_stage = imported.deferred.get("layers_per_stage")
-    if per_stage and "vpp" not in pins and pins.get("pp", 1) > 1:
-        pins["vpp"] = max(1, model_spec.num_hidden_layers // (pins["pp"] * per_stage))
+    split = getattr(module(imported.launcher), "resolve_split", None)
+    if split is not None:  # a split that needs the model's layer count (torchtitan)
+        split(imported, model_spec.num_hidden_layers, pins)
     n = cluster_spec.num_gpus
     inner = math.prod(pins.get(k, 1) for k in ("tp", "pp", "cp"))
     if n % inner:

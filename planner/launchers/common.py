@@ -132,6 +132,9 @@ class Imported:
     # layers per pipeline stage when the config splits them otherwise than the planner's even
     # rule (vpp 1); () = the even rule
     stage_layers: tuple[int, ...] = ()
+    # decoder layers of each pipeline chunk where the config lists its chunks' modules
+    # (torchtitan module_fqns_per_model_part); () = not listed
+    chunks: tuple[int, ...] = ()
 
     def world_size(self) -> int | None:
         """GPUs of the launch: the launch line's nodes x GPUs per node, else the degrees'
@@ -247,6 +250,29 @@ def first_last_split(plan: LaunchPlan, warnings: list[str]) -> tuple[int, int] |
     warnings.append(f"layers per stage {','.join(map(str, counts))}: the launcher sets only the "
                     "first and last stage's layers; the others would be split evenly")
     return None
+
+
+def apply_chunks(imported: Imported, layers: int, pins: dict[str, Any],
+                 chunks: list[int], what: str) -> None:
+    """A config's pipeline split (`chunks`: decoder layers of each of the pp x vpp chunks, in
+    layer order) as the planner's: nothing when it is the planner's even rule
+    (costmodel.pipeline.stage_layer_counts), Imported.stage_layers with vpp 1 and a layer or more
+    a stage, and SpecError naming both splits otherwise (the planner costs interleaved chunks
+    only by its even rule). `what` names the config's statement of the split."""
+    from planner.costmodel.pipeline import stage_layer_counts
+    from planner.layout import format_stage_layers
+
+    pp, vpp = pins.get("pp", 1), pins.get("vpp", 1)
+    even_rule = stage_layer_counts(layers, pp * vpp)
+    if list(chunks) == even_rule:
+        return
+    if vpp == 1 and min(chunks) >= 1:
+        imported.stage_layers = tuple(chunks)
+        return
+    raise SpecError(f"{imported.path}: {what} gives layers per pipeline chunk "
+                    f"{format_stage_layers(chunks)} (pp {pp} x vpp {vpp}); the planner costs "
+                    "uneven splits only with vpp 1 and one layer or more per stage, interleaved "
+                    f"chunks by its even rule ({format_stage_layers(even_rule)})")
 
 
 def warn_uneven_split(plan: LaunchPlan, warnings: list[str], launcher: str) -> None:

@@ -19,6 +19,7 @@ from planner.launchers.common import (
     Export,
     Imported,
     LaunchPlan,
+    apply_chunks,
     as_int,
     unknown_keys,
 )
@@ -385,9 +386,6 @@ def read_split(args: dict[str, Any], shape: dict[str, Any], pins: dict[str, Any]
     planner's even rule (costmodel.pipeline.stage_layer_counts), explicit per-stage layers
     (Imported.stage_layers) with vpp 1, and SpecError naming both splits otherwise (the planner
     splits interleaved chunks only by its even rule)."""
-    from planner.costmodel.pipeline import stage_layer_counts
-    from planner.layout import format_stage_layers
-
     pp = pins.get("pp", 1)
     layers = shape.get("num_hidden_layers")
     text = args.get("--pipeline-model-parallel-layout")
@@ -435,17 +433,7 @@ def read_split(args: dict[str, Any], shape: dict[str, Any], pins: dict[str, Any]
         counts[-1] -= loss
     else:
         return
-    vpp = pins.get("vpp", 1)
-    even_rule = stage_layer_counts(layers, pp * vpp)
-    if counts == even_rule:
-        return
-    if vpp == 1 and min(counts) >= 1:
-        imported.stage_layers = tuple(counts)
-        return
-    raise SpecError(f"{imported.path}: layers per pipeline chunk "
-                    f"{format_stage_layers(counts)} (pp {pp} x vpp {vpp}); the planner costs "
-                    "uneven splits only with vpp 1 and one layer or more per stage, interleaved "
-                    f"chunks by its even rule ({format_stage_layers(even_rule)})")
+    apply_chunks(imported, layers, pins, counts, "the pipeline split")
 
 
 def _flag(args: dict[str, Any], *names: str) -> bool:

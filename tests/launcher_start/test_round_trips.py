@@ -36,3 +36,20 @@ def test_megatron_round_trip_keeps_the_layout(name, tmp_path):
     assert chunks(plan, got.imported.stage_layers) == chunks(plan, plan.layout.stage_layers)
     assert got.job.global_batch == plan.job.global_batch
     assert got.job.seq_len == plan.job.seq_len
+
+
+@pytest.mark.parametrize("form", ["python", "toml"])
+@pytest.mark.parametrize("name", list(PLANS))
+def test_torchtitan_round_trip_keeps_the_layout(name, form, tmp_path):
+    from tests.unit.test_launchers import expressible
+
+    plan = launch_plan(name)
+    job, layout = expressible("torchtitan", plan.job, plan.layout, form)
+    plan = LaunchPlan(plan.model, plan.cluster, job, layout)
+    out = export_plan("torchtitan", plan, form)
+    path = tmp_path / f"plan.{'py' if form == 'python' else 'toml'}"
+    path.write_text(out.text)
+    got = resolve(read_config(path), plan.model.name, plan.cluster)
+    assert {k: got.pins[k] for k in KNOBS} == {k: getattr(layout, k) for k in KNOBS}
+    assert chunks(plan, got.imported.stage_layers) == chunks(plan, layout.stage_layers)
+    assert got.job.global_batch == job.global_batch
