@@ -32,7 +32,8 @@ MaybeClusterOpt = Annotated[str | None, typer.Option(
 ConfigOpt = Annotated[Path | None, typer.Option(
     "--config", help="A launcher config to start from (Megatron-LM arguments or script, "
     "NeMo/Megatron-Bridge YAML, torchtitan config, DeepSpeed JSON or script; detected by "
-    "content): its model and layout, flags override.")]
+    "content; FILE.py:FUNCTION picks one function of a torchtitan config registry): its "
+    "model and layout, flags override.")]
 ToOpt = Annotated[LauncherChoice, typer.Option("--to", help="The launcher to write for.")]
 ExportOpt = Annotated[LauncherChoice | None, typer.Option(
     "--export", help="Also write the winner as this launcher's configuration (see --out).")]

@@ -72,13 +72,24 @@ def detect(text: str, path: str) -> str:
 
 
 def read_config(path: str | Path) -> Imported:
-    """Read a launcher config: model shape, layout, job recipe and GPU counts it states."""
+    """Read a launcher config: model shape, layout, job recipe and GPU counts it states.
+    `FILE.py:FUNCTION` names one function of a torchtitan config registry."""
     path = Path(path)
+    function = None
+    if not path.exists() and ":" in path.name:
+        name, _, function = path.name.rpartition(":")
+        path = path.with_name(name)
     try:
         text = path.read_text()
     except OSError as exc:
         raise SpecError(f"cannot read config {path}: {exc.strerror}") from None
-    return module(detect(text, str(path))).read(text, str(path))
+    launcher = detect(text, str(path))
+    if function is None:
+        return module(launcher).read(text, str(path))
+    if launcher != "torchtitan":
+        raise SpecError(f"{path}:{function}: only a torchtitan config registry has functions "
+                        "to choose from")
+    return module(launcher).read(text, str(path), function)
 
 
 @dataclass

@@ -350,6 +350,20 @@ def _resolve(word: str, variables: dict[str, str]) -> str:
     return word
 
 
+def _split_unquoted(word: str) -> list[str]:
+    """A quoted array element such as "--fp8-format hybrid" as the launch line gets it: bash
+    splits it into words where the array is expanded unquoted (${ARGS[@]}, as Megatron-LM's
+    examples/llama/train_llama3_8b_h100_fp8.sh does); expanded quoted it would reach argparse as
+    one unknown option, so splitting is the reading under which the script runs."""
+    if not word.startswith("--") or not any(c.isspace() for c in word) or \
+            "=" in word.split(None, 1)[0]:
+        return [word]
+    try:
+        return shlex.split(word)
+    except ValueError:
+        return word.split()
+
+
 def parse_args_text(text: str) -> dict[str, Any]:
     """Every `--flag [value]` of a script or an argument list: value or True; $VARS resolved
     from the script's simple assignments, later flags win. Bash arrays and heredocs are read as
@@ -363,7 +377,7 @@ def parse_args_text(text: str) -> dict[str, Any]:
             words = shlex.split(line, comments=True)
         except ValueError:
             continue
-        words = [_resolve(w, variables) for w in words]
+        words = [part for w in words for part in _split_unquoted(_resolve(w, variables))]
         for i, word in enumerate(words):
             if not word.startswith("--") or len(word) < 3:
                 continue

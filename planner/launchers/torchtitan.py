@@ -389,14 +389,62 @@ def _call_name(node: ast.Call) -> str:
     return ".".join(reversed(parts))
 
 
-def _python_sections(text: str, path: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+def _config_functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
+    """The module's top-level functions that build a config (torchtitan's `--config FUNCTION`
+    of a config registry): those that return Trainer.Config or set its sections."""
+    out = {}
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        returns = ast.unparse(node.returns) if node.returns else ""
+        body = ast.unparse(node)
+        if "Config" in returns or any(k in body for k in ("TrainingConfig(",
+                                                          "ParallelismConfig(",
+                                                          ".parallelism.", ".training.")):
+            out[node.name] = node
+    return out
+
+
+def _selected(tree: ast.Module, path: str, function: str | None) -> list[ast.AST]:
+    """The nodes whose calls and assignments say the config: the named function (and the
+    registry functions it calls first, e.g. llama3_8b_mxfp8 starting from llama3_8b), the only
+    config function, or the whole module when it has none. SpecError when a registry has
+    several and none is named, or the named one is not there (the choices listed)."""
+    functions = _config_functions(tree)
+    if function is None:
+        if len(functions) > 1:
+            raise SpecError(f"{path} defines {len(functions)} config functions "
+                            f"({', '.join(functions)}): name one as {path}:FUNCTION")
+        if not functions:
+            return [tree]
+        function = next(iter(functions))
+    if function not in functions:
+        raise SpecError(f"{path} has no config function {function!r}; it has "
+                        f"{', '.join(functions) or 'none'}")
+    order: list[ast.AST] = []
+
+    def visit(name: str, seen: tuple[str, ...]) -> None:
+        node = functions[name]
+        for call in ast.walk(node):
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and \
+                    call.func.id in functions and call.func.id not in seen:
+                visit(call.func.id, (*seen, call.func.id))
+        order.append(node)
+
+    visit(function, (function,))
+    return order
+
+
+def _python_sections(text: str, path: str, function: str | None = None
+                     ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Section -> key -> value from the calls TrainingConfig(...), ParallelismConfig(...),
-    CompileConfig(...) and assignments config.SECTION.KEY = value; and facts (family, flavor,
-    activation checkpointing, float8)."""
+    CompileConfig(...) and assignments config.SECTION.KEY = value of one config function
+    (_selected); and facts (family, flavor, activation checkpointing, float8)."""
     try:
         tree = ast.parse(text)
     except SyntaxError as exc:
         raise SpecError(f"{path}: not valid Python: {exc.msg} (line {exc.lineno})") from None
+    bodies = _selected(tree, path, function)
     sections: dict[str, dict[str, Any]] = {"training": {}, "parallelism": {}, "compile": {}}
     facts: dict[str, Any] = {}
     names = {"TrainingConfig": "training", "ParallelismConfig": "parallelism",
@@ -406,6 +454,7 @@ def _python_sections(text: str, path: str) -> tuple[dict[str, dict[str, Any]], d
                 node.module.startswith("torchtitan.models.") and \
                 any(a.name == "model_registry" for a in node.names):
             facts["family"] = node.module.split(".")[2]
+    for node in (n for body in bodies for n in _walk_in_order(body)):
         if isinstance(node, ast.Call):
             name = _call_name(node)
             short = name.split(".")[-1]
@@ -440,6 +489,9 @@ def _python_sections(text: str, path: str) -> tuple[dict[str, dict[str, Any]], d
                         facts["ac"] = _call_name(node.value).split(".")[-2]
                     elif isinstance(node.value, ast.Constant) and node.value.value is None:
                         facts["ac"] = "None"
+    family = re.search(r"models/(\w+)/config_registry\.py$", path.replace("\\", "/"))
+    if "family" not in facts and family:
+        facts["family"] = family.group(1)
     if "family" not in facts:
         # a config_registry.py inside torchtitan/models/<family>/ imports `from . import
         # model_registry` and its model class (Llama3Model, ...)
@@ -451,6 +503,13 @@ def _python_sections(text: str, path: str) -> tuple[dict[str, dict[str, Any]], d
     if shape:
         facts["shape"] = ast.literal_eval(shape.group(1))
     return sections, facts
+
+
+def _walk_in_order(node: ast.AST):
+    """Every node under `node` in source order (later statements override earlier ones)."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        yield from _walk_in_order(child)
 
 
 def _toml_sections(text: str, path: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
@@ -494,9 +553,14 @@ def _toml_sections(text: str, path: str) -> tuple[dict[str, dict[str, Any]], dic
     return {"training": training, "parallelism": parallelism, "compile": compile_}, facts
 
 
-def read(text: str, path: str) -> Imported:
+def read(text: str, path: str, function: str | None = None) -> Imported:
+    """A TOML job file or a Python config module (`function`: which config function of a
+    registry with several)."""
     is_toml = bool(re.search(r"^\[parallelism\]", text, re.M))
-    sections, facts = (_toml_sections if is_toml else _python_sections)(text, path)
+    if is_toml:
+        sections, facts = _toml_sections(text, path)
+    else:
+        sections, facts = _python_sections(text, path, function)
     imported = from_sections(sections, facts, Imported(NAME, path, framework="torchtitan"),
                              is_toml)
     launch = re.search(r"--nnodes (\d+) --nproc_per_node (\d+)", text)
