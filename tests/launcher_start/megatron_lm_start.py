@@ -16,66 +16,23 @@ container), and typing.override for Python < 3.12.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import io
 import json
 import os
 import sys
 import traceback
-import types
 import typing
 from contextlib import redirect_stdout
+from pathlib import Path
 
-
-class _Any:
-    """Whatever a module-level use of triton asks for: a decorator that returns its function."""
-
-    def __init__(self, *a, **k):
-        pass
-
-    def __call__(self, *a, **k):
-        return a[0] if len(a) == 1 and callable(a[0]) and not k else _Any()
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Any()
-
-    def __getitem__(self, key):
-        return _Any()
-
-
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return type(name, (_Any,), {})
-
-
-class _TritonStub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name, path, target=None):
-        if name == "triton" or name.startswith("triton."):
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        return _StubModule(spec.name)
-
-    def exec_module(self, module):
-        module.__path__ = []
-        module.__version__ = "0.0.0"
+sys.path.insert(0, str(Path(__file__).parent))
+import stubs  # noqa: E402
 
 
 def load(tree: str):
     typing.override = getattr(typing, "override", lambda f: f)
     sys.path.insert(0, tree)
-    # torch looks for triton once, at import: let it find none before the stub is in place
-    import torch._dynamo  # noqa: F401
-    import torch._inductor.runtime.triton_compat  # noqa: F401
-    import torch.utils.flop_counter  # noqa: F401
-
-    sys.meta_path.insert(0, _TritonStub())
+    stubs.install(("triton",))
     sys.argv = ["pretrain_gpt.py"]
     with redirect_stdout(io.StringIO()):
         import megatron.training.arguments as arguments

@@ -21,74 +21,26 @@ module load; no config check calls them).
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import io
 import json
 import os
 import sys
 import traceback
-import types
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 
 STUBBED = ("triton", "grain", "datasets", "wandb", "tensorboard")
 
 
-class _Meta(type):
-    def __getattr__(cls, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Meta(name, (_Any,), {})
-
-
-class _Any(metaclass=_Meta):
-    """Whatever a module-level use of a stubbed package asks for."""
-
-    def __init__(self, *a, **k):
-        pass
-
-    def __call__(self, *a, **k):
-        return a[0] if len(a) == 1 and callable(a[0]) and not k else _Any()
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Any()
-
-
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Meta(name, (_Any,), {})
-
-
-class _Stubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in STUBBED:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        return _StubModule(spec.name)
-
-    def exec_module(self, module):
-        module.__path__ = []
-        # tensorboard's version gate in torch.utils.tensorboard; triton's is never consulted
-        # (torch looked for triton before the stub was in place)
-        module.__version__ = "2.20.0"
+sys.path.insert(0, str(Path(__file__).parent))
+import stubs  # noqa: E402
 
 
 def load(tree: str):
     if tree != "installed":
         sys.path.insert(0, tree)
-    # torch looks for triton once, at import: let it find none before the stub is in place
-    import torch._dynamo  # noqa: F401
-    import torch._inductor.runtime.triton_compat  # noqa: F401
-    import torch.utils.flop_counter  # noqa: F401
-
-    sys.meta_path.insert(0, _Stubs())
+    stubs.install(STUBBED)
     with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
         import torchtitan.distributed.pipeline_parallel as pipeline_parallel
         import torchtitan.models.llama3 as llama3
