@@ -71,6 +71,7 @@ def script_launch(script: str, tmp: Path, program: str) -> dict:
               "('CUDA_DEVICE_MAX_CONNECTIONS',) if k in os.environ}}))")
     wrapper = (f"torchrun() {{ python3 -c {json.dumps(record)} \"$@\"; }}; "
                f"deepspeed() {{ torchrun \"$@\"; }}; . \"$0\"")
+    # CUDA_DEVICE_MAX_CONNECTIONS: what the script sets, nothing inherited
     env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}
     out = subprocess.run(["bash", "-c", wrapper, str(path)], capture_output=True, text=True,
                          env=env, check=True, timeout=60)

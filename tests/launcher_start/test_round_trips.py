@@ -53,3 +53,19 @@ def test_torchtitan_round_trip_keeps_the_layout(name, form, tmp_path):
     assert {k: got.pins[k] for k in KNOBS} == {k: getattr(layout, k) for k in KNOBS}
     assert chunks(plan, got.imported.stage_layers) == chunks(plan, layout.stage_layers)
     assert got.job.global_batch == job.global_batch
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_deepspeed_round_trip_keeps_the_layout_it_can_run(name, tmp_path):
+    from planner.launchers.deepspeed import layout_problems
+    from tests.launcher_start.test_deepspeed_start import ds_plan
+
+    if layout_problems(launch_plan(name).layout):
+        pytest.skip("DeepSpeed's pipeline engine cannot run it: refused (test_deepspeed_start)")
+    plan = ds_plan(name)
+    path = tmp_path / "plan.sh"
+    path.write_text(export_plan("deepspeed", plan).text)
+    got = resolve(read_config(path), plan.model.name, plan.cluster)
+    assert {k: got.pins[k] for k in KNOBS} == {k: getattr(plan.layout, k) for k in KNOBS}
+    assert chunks(plan, got.imported.stage_layers) == chunks(plan, plan.layout.stage_layers)
+    assert got.job.global_batch == plan.job.global_batch
