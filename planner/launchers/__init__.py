@@ -73,7 +73,8 @@ def detect(text: str, path: str) -> str:
 
 def read_config(path: str | Path) -> Imported:
     """Read a launcher config: model shape, layout, job recipe and GPU counts it states.
-    `FILE.py:FUNCTION` names one function of a torchtitan config registry."""
+    `FILE.py:FUNCTION` names one function of a torchtitan config registry or a
+    Megatron-Bridge recipe file."""
     path = Path(path)
     function = None
     if not path.exists() and ":" in path.name:
@@ -86,9 +87,9 @@ def read_config(path: str | Path) -> Imported:
     launcher = detect(text, str(path))
     if function is None:
         return module(launcher).read(text, str(path))
-    if launcher != "torchtitan":
-        raise SpecError(f"{path}:{function}: only a torchtitan config registry has functions "
-                        "to choose from")
+    if launcher not in ("torchtitan", "nemo"):
+        raise SpecError(f"{path}:{function}: only a torchtitan config registry or a "
+                        "Megatron-Bridge recipe file has functions to choose from")
     return module(launcher).read(text, str(path), function)
 
 

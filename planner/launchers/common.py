@@ -252,6 +252,47 @@ def first_last_split(plan: LaunchPlan, warnings: list[str]) -> tuple[int, int] |
     return None
 
 
+def select_functions(path: str, function: str | None, functions: dict[str, Any],
+                     module: Any) -> list[Any]:
+    """The AST nodes whose statements say the config of a Python file with config functions
+    (`functions`: name -> FunctionDef): the named function, preceded by the file's config
+    functions it calls (a recipe that starts from another, e.g. llama3_8b_mxfp8 from llama3_8b),
+    the only one, or the whole `module` when there is none. SpecError when several are there
+    and none is named, or the named one is not there (the choices listed)."""
+    import ast
+
+    if function is None:
+        if len(functions) > 1:
+            raise SpecError(f"{path} defines {len(functions)} config functions "
+                            f"({', '.join(functions)}): name one as {path}:FUNCTION")
+        if not functions:
+            return [module]
+        function = next(iter(functions))
+    if function not in functions:
+        raise SpecError(f"{path} has no config function {function!r}; it has "
+                        f"{', '.join(functions) or 'none'}")
+    order: list[Any] = []
+
+    def visit(name: str, seen: tuple[str, ...]) -> None:
+        for call in ast.walk(functions[name]):
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and \
+                    call.func.id in functions and call.func.id not in seen:
+                visit(call.func.id, (*seen, call.func.id))
+        order.append(functions[name])
+
+    visit(function, (function,))
+    return order
+
+
+def walk_in_order(node: Any):
+    """Every AST node under `node` in source order (later statements override earlier ones)."""
+    import ast
+
+    yield node
+    for child in ast.iter_child_nodes(node):
+        yield from walk_in_order(child)
+
+
 def apply_chunks(imported: Imported, layers: int, pins: dict[str, Any],
                  chunks: list[int], what: str) -> None:
     """A config's pipeline split (`chunks`: decoder layers of each of the pp x vpp chunks, in

@@ -30,8 +30,10 @@ from planner.launchers.common import (
     apply_chunks,
     as_bool,
     as_int,
+    select_functions,
     shape_of,
     unknown_keys,
+    walk_in_order,
 )
 
 NAME = "torchtitan"
@@ -405,36 +407,6 @@ def _config_functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
     return out
 
 
-def _selected(tree: ast.Module, path: str, function: str | None) -> list[ast.AST]:
-    """The nodes whose calls and assignments say the config: the named function (and the
-    registry functions it calls first, e.g. llama3_8b_mxfp8 starting from llama3_8b), the only
-    config function, or the whole module when it has none. SpecError when a registry has
-    several and none is named, or the named one is not there (the choices listed)."""
-    functions = _config_functions(tree)
-    if function is None:
-        if len(functions) > 1:
-            raise SpecError(f"{path} defines {len(functions)} config functions "
-                            f"({', '.join(functions)}): name one as {path}:FUNCTION")
-        if not functions:
-            return [tree]
-        function = next(iter(functions))
-    if function not in functions:
-        raise SpecError(f"{path} has no config function {function!r}; it has "
-                        f"{', '.join(functions) or 'none'}")
-    order: list[ast.AST] = []
-
-    def visit(name: str, seen: tuple[str, ...]) -> None:
-        node = functions[name]
-        for call in ast.walk(node):
-            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and \
-                    call.func.id in functions and call.func.id not in seen:
-                visit(call.func.id, (*seen, call.func.id))
-        order.append(node)
-
-    visit(function, (function,))
-    return order
-
-
 def _python_sections(text: str, path: str, function: str | None = None
                      ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Section -> key -> value from the calls TrainingConfig(...), ParallelismConfig(...),
@@ -444,7 +416,7 @@ def _python_sections(text: str, path: str, function: str | None = None
         tree = ast.parse(text)
     except SyntaxError as exc:
         raise SpecError(f"{path}: not valid Python: {exc.msg} (line {exc.lineno})") from None
-    bodies = _selected(tree, path, function)
+    bodies = select_functions(path, function, _config_functions(tree), tree)
     sections: dict[str, dict[str, Any]] = {"training": {}, "parallelism": {}, "compile": {}}
     facts: dict[str, Any] = {}
     names = {"TrainingConfig": "training", "ParallelismConfig": "parallelism",
@@ -454,7 +426,7 @@ def _python_sections(text: str, path: str, function: str | None = None
                 node.module.startswith("torchtitan.models.") and \
                 any(a.name == "model_registry" for a in node.names):
             facts["family"] = node.module.split(".")[2]
-    for node in (n for body in bodies for n in _walk_in_order(body)):
+    for node in (n for body in bodies for n in walk_in_order(body)):
         if isinstance(node, ast.Call):
             name = _call_name(node)
             short = name.split(".")[-1]
@@ -503,13 +475,6 @@ def _python_sections(text: str, path: str, function: str | None = None
     if shape:
         facts["shape"] = ast.literal_eval(shape.group(1))
     return sections, facts
-
-
-def _walk_in_order(node: ast.AST):
-    """Every node under `node` in source order (later statements override earlier ones)."""
-    yield node
-    for child in ast.iter_child_nodes(node):
-        yield from _walk_in_order(child)
 
 
 def _toml_sections(text: str, path: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:

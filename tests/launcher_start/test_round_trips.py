@@ -69,3 +69,16 @@ def test_deepspeed_round_trip_keeps_the_layout_it_can_run(name, tmp_path):
     assert {k: got.pins[k] for k in KNOBS} == {k: getattr(plan.layout, k) for k in KNOBS}
     assert chunks(plan, got.imported.stage_layers) == chunks(plan, plan.layout.stage_layers)
     assert got.job.global_batch == plan.job.global_batch
+
+
+@pytest.mark.parametrize("form", ["yaml", "python"])
+@pytest.mark.parametrize("name", list(PLANS))
+def test_nemo_round_trip_keeps_the_layout(name, form, tmp_path):
+    plan = launch_plan(name)
+    out = export_plan("nemo", plan, "python" if form == "python" else None)
+    path = tmp_path / f"plan.{'py' if form == 'python' else 'yaml'}"
+    path.write_text(out.text)
+    got = resolve(read_config(path), plan.model.name, plan.cluster)
+    assert {k: got.pins[k] for k in KNOBS} == {k: getattr(plan.layout, k) for k in KNOBS}
+    assert chunks(plan, got.imported.stage_layers) == chunks(plan, plan.layout.stage_layers)
+    assert got.job.global_batch == plan.job.global_batch

@@ -202,9 +202,15 @@ LLAMA70B_RECIPE = {
 
 
 def flat(data: dict) -> dict:
+    """SECTION.FIELD -> value, the model's fields by their recipe names (cfg.model.FIELD): the
+    YAML nests TransformerConfig's under model.transformer, as BridgeGPTModelConfig holds them
+    (its __setattr__ forwards cfg.model.FIELD there)."""
     out = {}
     for section, body in data.items():
         if isinstance(body, dict):
+            body = dict(body)
+            body.update(body.pop("transformer", None) or {})
+            body.pop("_target_", None)
             out.update({f"{section}.{k}": v for k, v in body.items()})
         else:
             out[section] = body
