@@ -231,27 +231,6 @@ def json_text(data: Any) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def first_last_split(plan: LaunchPlan, warnings: list[str]) -> tuple[int, int] | None:
-    """(layers of the first stage, of the last) when the plan's layers per stage differ from an
-    equal split and only the two end stages differ (Megatron-Core's
-    decoder_first/last_pipeline_num_layers, TransformerConfig.num_layers_in_first/
-    last_pipeline_stage: the other stages then split the rest evenly); None when the stages are
-    equal. Other splits warn: the flags cannot say them."""
-    from planner.costmodel.pipeline import stage_counts
-
-    lay = plan.layout
-    if lay.pp == 1 or lay.vpp > 1:
-        return None
-    counts = stage_counts(plan.model.num_hidden_layers, lay.pp, lay.vpp, lay.stage_layers)
-    if len(set(counts)) == 1:
-        return None
-    if len(set(counts[1:-1])) <= 1:
-        return counts[0], counts[-1]
-    warnings.append(f"layers per stage {','.join(map(str, counts))}: the launcher sets only the "
-                    "first and last stage's layers; the others would be split evenly")
-    return None
-
-
 def select_functions(path: str, function: str | None, functions: dict[str, Any],
                      module: Any) -> list[Any]:
     """The AST nodes whose statements say the config of a Python file with config functions
@@ -314,12 +293,3 @@ def apply_chunks(imported: Imported, layers: int, pins: dict[str, Any],
                     f"{format_stage_layers(chunks)} (pp {pp} x vpp {vpp}); the planner costs "
                     "uneven splits only with vpp 1 and one layer or more per stage, interleaved "
                     f"chunks by its even rule ({format_stage_layers(even_rule)})")
-
-
-def warn_uneven_split(plan: LaunchPlan, warnings: list[str], launcher: str) -> None:
-    """A warning when the plan's layers per stage are uneven and the export cannot write them
-    (the launcher then splits the layers by its own rule)."""
-    lay = plan.layout
-    if lay.stage_layers and not lay.even_split:
-        warnings.append(f"layers per stage {','.join(map(str, lay.stage_layers))} are not "
-                        f"written: {launcher} splits the layers by its own rule")
