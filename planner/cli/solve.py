@@ -213,7 +213,7 @@ def solve_cmd(
     from planner import report
 
     if export is not None:
-        from planner.cli.launch import first_runnable
+        from planner.cli.launcher_options import first_runnable
 
         write_export(export, model_spec, cluster_spec, job,
                      first_runnable(export, plans, model_spec, cluster_spec, job), out)

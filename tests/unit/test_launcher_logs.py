@@ -100,7 +100,7 @@ def test_megatron_deepspeed_log_takes_deepspeeds_recipe():
 def test_a_log_faster_than_the_gpus_peak_is_skipped_like_a_table_row(tmp_path):
     import re
 
-    from planner.runs import load_runs
+    from planner.measured.runs import load_runs
 
     text = (DATA / "megatron_llama2_7b.log").read_text()
     gpu = load_gpu("A100")
