@@ -89,3 +89,27 @@ def test_sequence_parallel_at_tp1_is_switched_off_with_a_note():
                + "--sequence-parallel")
     assert got.pins["sp"] is False
     assert any("switches it off" in n for n in got.notes)
+
+
+def test_estimate_config_costs_the_configs_own_split(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    script = tmp_path / "train.sh"
+    script.write_text("torchrun --nproc_per_node 8 --nnodes 8 pretrain_gpt.py " + ARGS.format(
+        L=80, pp=4).replace("--hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
+                            "--max-position-embeddings 4096",
+                            "--hidden-size 8192 --num-attention-heads 64 --seq-length 8192 "
+                            "--max-position-embeddings 8192 --ffn-hidden-size 28672 "
+                            "--group-query-attention --num-query-groups 8 --swiglu "
+                            "--normalization RMSNorm --position-embedding-type rope "
+                            "--untie-embeddings-and-output-weights --disable-bias-linear "
+                            "--vocab-size 128256 --global-batch-size 256")
+                        + "--pipeline-model-parallel-layout 'Et*18|t*22|t*21|t*19L'")
+    result = CliRunner().invoke(app, ["estimate", "--config", str(script), "--cluster", "H100",
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["stage_layers"] == [18, 22, 21, 19]
