@@ -121,12 +121,14 @@ def estimate_cmd(
     flags = layout_pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=mbs,
                         zero=zero, recompute=recompute, sp=sp)
     # with --config, its layout; the flags typed override it
-    model_spec, cluster_spec, job, pins, _ = inputs(ctx, config, model, cluster, profile,
-                                                    seq_len, global_batch, recipe, flags, stack,
-                                                    pools=True)
+    model_spec, cluster_spec, job, pins, resolved = inputs(ctx, config, model, cluster, profile,
+                                                           seq_len, global_batch, recipe, flags,
+                                                           stack, pools=True)
     tp, pp, dp, cp, ep, etp, vpp, mbs, zero, recompute, sp = (pins.get(k) for k in (
         "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp"))
     counts = parse_stage_layers(stage_layers)
+    if not counts and resolved is not None and len(resolved.imported.stage_layers) == pp:
+        counts = resolved.imported.stage_layers  # the config's uneven split (vpp 1)
     if counts and pp is None:
         pp = len(counts)
     if tp is None or pp is None:

@@ -225,7 +225,10 @@ def solve_cmd(
     from planner import report
 
     if export is not None:
-        write_export(export, model_spec, cluster_spec, job, plans[0], out)
+        from planner.cli.launcher_options import first_runnable
+
+        write_export(export, model_spec, cluster_spec, job,
+                     first_runnable(export, plans, model_spec, cluster_spec, job), out)
 
     if csv is not None:
         report.write_plans_csv(plans, csv)

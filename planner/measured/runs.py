@@ -677,7 +677,12 @@ def load_runs(path: str | Path, gpu: GpuProfile) -> tuple[list[MeasuredRun], lis
         if not path.is_file():
             raise SpecError(f"runs file not found: {path}")
         try:
-            return [run_from_log(path, gpu)], []
+            # the same bounds as a runs table's rows: a step time within a day, the stated
+            # degrees the GPU count, no faster than the GPUs' dense peak (physics_reason)
+            run = run_from_log(path, gpu)
+            _seconds(run.measured_step_time_s, "step time of the log")
+            _check_world(run.pins, run.cluster.num_gpus)
+            return [_physical(run)], []
         except PlannerError as exc:
             return [], [Skipped(path.name, "log", str(exc))]
     raise SpecError(f"runs file {path}: expected .jsonl (planner validate records), .csv "
