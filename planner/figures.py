@@ -40,20 +40,24 @@ def _figure(width: float, height: float) -> Figure:
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def save(fig: Figure, path: str | Path) -> Path:
-    """Write the figure as PNG or SVG (by suffix), atomically."""
-    path = Path(path)
-    fmt = path.suffix.lower().lstrip(".")
+def figure_bytes(fig: Figure, path: str | Path) -> bytes:
+    """The figure as PNG or SVG bytes, by the suffix of `path` (SpecError for another)."""
+    fmt = Path(path).suffix.lower().lstrip(".")
     if fmt not in ("png", "svg"):
         from planner.errors import SpecError
 
         raise SpecError(f"figure {path}: use a .png or .svg file name")
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=150)
-    from planner.io import write_bytes_atomic
+    return buf.getvalue()
 
-    write_bytes_atomic(path, buf.getvalue())
-    return path
+
+def save(fig: Figure, path: str | Path) -> Path:
+    """Write the figure as PNG or SVG (by suffix) with planner.io.write_output."""
+    from planner.io import write_output
+
+    write_output(path, figure_bytes(fig, path))
+    return Path(path)
 
 
 def svg_text(fig: Figure) -> str:

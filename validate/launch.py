@@ -101,18 +101,12 @@ def local_profile() -> GpuProfile | None:
     try:
         import torch
 
-        name = torch.cuda.get_device_name(0).lower().replace(" ", "-")
+        name = torch.cuda.get_device_name(0)
     except ImportError:  # pragma: no cover
         return None
-    from planner.registry import builtin_gpus
+    from planner.registry import gpu_of_device
 
-    best = None
-    for gpu in builtin_gpus().values():
-        for key in [gpu.name, *gpu.aliases]:
-            k = key.lower()
-            if k in name and (best is None or len(k) > best[0]):
-                best = (len(k), gpu)
-    return best[1] if best else None
+    return gpu_of_device(name)
 
 
 def predict(model: ModelSpec, layout: Layout, job: JobSpec, gpu: GpuProfile | None,

@@ -43,8 +43,8 @@ from planner.cli.options import (
     TpOpt,
     VppOpt,
     ZeroOpt,
-    output_option,
     parse_stage_layers,
+    records_option,
     timeout_option,
 )
 from planner.cli.typer_app import app
@@ -57,7 +57,7 @@ def _dim(flag: str, what: str, upper: int):
 @app.command("validate")
 def validate_cmd(
     model: ModelOpt,
-    out: output_option("--out", "JSON-lines file to append to.", "-o"),
+    out: records_option("--out", "JSON-lines file to append to.", "-o"),
     tp: TpOpt = None,
     pp: PpOpt = None,
     dp: DpOpt = None,

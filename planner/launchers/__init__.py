@@ -73,11 +73,10 @@ def detect(text: str, path: str) -> str:
 
 def read_config(path: str | Path) -> Imported:
     """Read a launcher config: model shape, layout, job recipe and GPU counts it states."""
+    from planner.io import read_text
+
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError(f"cannot read config {path}: {exc.strerror}") from None
+    text = read_text(path, "config")  # one line for a folder, a missing file, non-UTF-8 bytes
     return module(detect(text, str(path))).read(text, str(path))
 
 

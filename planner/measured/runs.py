@@ -19,6 +19,7 @@ from typing import Any
 
 from planner import limits
 from planner.errors import PlannerError, SpecError
+from planner.io import require_file
 from planner.layout import KNOBS, RECOMPUTE_LEVELS, Layout
 from planner.specs import ClusterSpec, GpuProfile, JobSpec, ModelSpec
 from planner.stacks import DEFAULT_STACK, resolve_stack
@@ -147,6 +148,41 @@ def _seconds(value: Any, col: str) -> float | None:
     if x > limits.MAX_STEP_TIME_S:
         raise SpecError(f"{col} {x:g} s is more than {limits.MAX_STEP_TIME_S:g} s (a day) per step")
     return x
+
+
+def is_cpu_profile(gpu: GpuProfile) -> bool:
+    """Whether a profile describes CPU processes (`planner profile` on a CPU: loopback fabric,
+    its provenance's device 'cpu ...')."""
+    device = str((gpu.provenance or {}).get("device") or "")
+    return device.lower().startswith("cpu") or gpu.intra_node_fabric == "loopback"
+
+
+def device_mismatch(runs: Iterable[MeasuredRun], gpu: GpuProfile) -> str | None:
+    """One line when validate records were measured on another kind of device than `gpu`
+    describes (CPU records against a GPU profile, or the reverse, or one GPU model's records
+    against another's profile); None when they agree or the records name no device."""
+    from planner.registry import builtin_gpus, gpu_of_device
+
+    prov_device = str((gpu.provenance or {}).get("device") or "")
+    profile_cpu = is_cpu_profile(gpu)
+    profile_gpu = None if profile_cpu else (gpu_of_device(prov_device) if prov_device else None)
+    if profile_gpu is None and not profile_cpu:
+        base = str((gpu.provenance or {}).get("base_profile") or "")
+        profile_gpu = next((g for g in builtin_gpus().values()
+                            if g.name in (gpu.name, base)), None)
+    for run in runs:
+        if run.source_id != "validate" or not run.gpu_type:
+            continue
+        run_cpu = run.gpu_type.lower().startswith("cpu")
+        if run_cpu != profile_cpu:
+            what = "a CPU" if run_cpu else f"a GPU ({run.gpu_type})"
+            return (f"{run.run_id} was measured on {what}, but profile {gpu.name} describes "
+                    f"{'CPU processes' if profile_cpu else 'a GPU'}")
+        run_gpu = None if run_cpu else gpu_of_device(run.gpu_type)
+        if run_gpu is not None and profile_gpu is not None and run_gpu.name != profile_gpu.name:
+            return (f"{run.run_id} was measured on {run.gpu_type} ({run_gpu.name}), but profile "
+                    f"{gpu.name} describes {profile_gpu.name}")
+    return None
 
 
 def gpu_name_of(gpu_type: str) -> str:
@@ -617,8 +653,7 @@ def load_records(path: str | Path, gpu: GpuProfile) -> tuple[list[MeasuredRun], 
     from planner.io import read_jsonl
 
     path = Path(path)
-    if not path.is_file():
-        raise SpecError(f"runs file not found: {path}")
+    require_file(path, "runs file")
     runs, skipped = [], []
     for i, record in enumerate(read_jsonl(path), 1):
         run_id = f"{path.name}:{i}"
@@ -667,15 +702,13 @@ def load_runs(path: str | Path, gpu: GpuProfile) -> tuple[list[MeasuredRun], lis
     keep their own GPU; records are predicted on `gpu`."""
     path = Path(path)
     if path.suffix.lower() == ".csv":
-        if not path.is_file():
-            raise SpecError(f"runs file not found: {path}")
+        require_file(path, "runs file")
         return load_table(path)
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
         return load_records(path, gpu)
     if path.suffix.lower() in (".log", ".txt", ".out"):
         # a Megatron-LM / NeMo / torchtitan training log (planner.measured.logs)
-        if not path.is_file():
-            raise SpecError(f"runs file not found: {path}")
+        require_file(path, "runs file")
         try:
             return [run_from_log(path, gpu)], []
         except PlannerError as exc:
