@@ -251,23 +251,31 @@ def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """All records of a JSON-lines file (blank lines skipped). Each is what its line holds (a
-    caller that needs objects checks, so one bad line need not refuse the file); SpecError
-    naming the file for a file that cannot be read, is not UTF-8 text, or has a line that is
-    not JSON."""
-    from planner.errors import SpecError
+def read_jsonl(path: str | Path, *, warn: bool = True) -> list[Any]:
+    """The records of read_jsonl_lines, without their line numbers."""
+    return [record for _, record in read_jsonl_lines(path, warn=warn)]
 
+
+def read_jsonl_lines(path: str | Path, *, warn: bool = True) -> list[tuple[int, Any]]:
+    """(line number from 1, record) of every record of a JSON-lines file (blank lines skipped).
+    Each is what its line holds (a caller that needs objects checks, so one bad line need not
+    refuse the file). A line that is
+    not JSON (torn by a writer killed mid-line, a `# comment`) is skipped, with one warning on
+    stderr naming the file and line (`warn`). SpecError naming the file for a file that cannot
+    be read or is not UTF-8 text."""
     text = read_text(path, "runs file")
-    out = []
+    out, bad = [], []
     for i, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
-                out.append(json.loads(line))
+                out.append((i, json.loads(line)))
             except json.JSONDecodeError as exc:
-                raise SpecError(f"{path}:{i}: invalid JSON: {exc.msg}") from None
+                bad.append(f"{path}:{i}: not JSON ({exc.msg})")
             except RecursionError:
-                raise SpecError(f"{path}:{i}: JSON nested too deeply") from None
+                bad.append(f"{path}:{i}: JSON nested too deeply")
+    if bad and warn:
+        more = f" ({len(bad) - 1} more such line{'s' * (len(bad) > 2)})" if len(bad) > 1 else ""
+        print(f"warning: {bad[0]}; skipped{more}", file=sys.stderr)
     return out
 
 

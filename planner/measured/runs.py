@@ -157,31 +157,43 @@ def is_cpu_profile(gpu: GpuProfile) -> bool:
     return device.lower().startswith("cpu") or gpu.intra_node_fabric == "loopback"
 
 
-def device_mismatch(runs: Iterable[MeasuredRun], gpu: GpuProfile) -> str | None:
-    """One line when validate records were measured on another kind of device than `gpu`
-    describes (CPU records against a GPU profile, or the reverse, or one GPU model's records
-    against another's profile); None when they agree or the records name no device."""
+def profile_device_mismatch(gpu: GpuProfile, device: str) -> str | None:
+    """'DEVICE, but profile P describes OTHER' when `device` as torch names it ('cpu ...' for
+    CPU processes, else the GPU's name) is not the device `gpu` describes; None when they agree
+    or nothing can be said (an unknown GPU name, an empty device)."""
     from planner.registry import builtin_gpus, gpu_of_device
 
+    if not device:
+        return None
     prov_device = str((gpu.provenance or {}).get("device") or "")
     profile_cpu = is_cpu_profile(gpu)
-    profile_gpu = None if profile_cpu else (gpu_of_device(prov_device) if prov_device else None)
-    if profile_gpu is None and not profile_cpu:
+    device_cpu = device.lower().startswith("cpu")
+    if device_cpu != profile_cpu:
+        return (f"{'a CPU' if device_cpu else device}, but profile {gpu.name} describes "
+                f"{'CPU processes' if profile_cpu else 'a GPU'}")
+    if device_cpu:
+        return None
+    profile_gpu = gpu_of_device(prov_device) if prov_device else None
+    if profile_gpu is None:
         base = str((gpu.provenance or {}).get("base_profile") or "")
-        profile_gpu = next((g for g in builtin_gpus().values()
-                            if g.name in (gpu.name, base)), None)
+        profile_gpu = next((g for g in builtin_gpus().values() if g.name in (gpu.name, base)),
+                           None)
+    device_gpu = gpu_of_device(device)
+    if device_gpu is not None and profile_gpu is not None and device_gpu.name != profile_gpu.name:
+        return f"{device} ({device_gpu.name}), but profile {gpu.name} describes " \
+               f"{profile_gpu.name}"
+    return None
+
+
+def device_mismatch(runs: Iterable[MeasuredRun], gpu: GpuProfile) -> str | None:
+    """One line when a validate record was measured on another kind of device than `gpu`
+    describes (CPU records against a GPU profile, or the reverse, or one GPU model's records
+    against another's profile); None when they agree or the records name no device."""
     for run in runs:
-        if run.source_id != "validate" or not run.gpu_type:
-            continue
-        run_cpu = run.gpu_type.lower().startswith("cpu")
-        if run_cpu != profile_cpu:
-            what = "a CPU" if run_cpu else f"a GPU ({run.gpu_type})"
-            return (f"{run.run_id} was measured on {what}, but profile {gpu.name} describes "
-                    f"{'CPU processes' if profile_cpu else 'a GPU'}")
-        run_gpu = None if run_cpu else gpu_of_device(run.gpu_type)
-        if run_gpu is not None and profile_gpu is not None and run_gpu.name != profile_gpu.name:
-            return (f"{run.run_id} was measured on {run.gpu_type} ({run_gpu.name}), but profile "
-                    f"{gpu.name} describes {profile_gpu.name}")
+        if run.source_id == "validate":
+            why = profile_device_mismatch(gpu, run.gpu_type)
+            if why:
+                return f"{run.run_id} was measured on {why}"
     return None
 
 
@@ -650,12 +662,12 @@ def run_from_record(record: dict[str, Any], gpu: GpuProfile, run_id: str) -> Mea
 
 def load_records(path: str | Path, gpu: GpuProfile) -> tuple[list[MeasuredRun], list[Skipped]]:
     """The runs of a validate JSON-lines file (failed runs skipped with their reason)."""
-    from planner.io import read_jsonl
+    from planner.io import read_jsonl_lines
 
     path = Path(path)
     require_file(path, "runs file")
     runs, skipped = [], []
-    for i, record in enumerate(read_jsonl(path), 1):
+    for i, record in read_jsonl_lines(path):  # a line that is not JSON: one warning, skipped
         run_id = f"{path.name}:{i}"
         try:
             runs.append(run_from_record(record, gpu, run_id))
