@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import LayoutError, SpecError
-from planner.interrupts import Interrupted, deferred, raise_on_signals
+from planner.interrupts import (
+    Interrupted,
+    deferred,
+    die_with_parent_preexec,
+    parent_env,
+    raise_on_signals,
+)
 from planner.io import append_jsonl, read_jsonl
 from planner.layout import Layout
 from planner.progress import PROGRESS_FILE_ENV, Bar, PhaseFile, progress
@@ -435,7 +441,7 @@ def run_torchrun(command: list[str], env: dict[str, str], log: Path, timeout_s: 
     move `bar` while it runs."""
     timed_out = False
     tag = uuid.uuid4().hex[:16]
-    full_env = {**os.environ, **env, RUN_TAG_ENV: tag}
+    full_env = {**os.environ, **env, RUN_TAG_ENV: tag, **parent_env()}  # workers watch us
     phases = None
     if progress_file is not None:
         full_env[PROGRESS_FILE_ENV] = str(progress_file)
@@ -444,8 +450,11 @@ def run_torchrun(command: list[str], env: dict[str, str], log: Path, timeout_s: 
     with raise_on_signals(), open(log, "w") as log_file:
         try:
             with deferred():  # a signal while starting is raised once the handle is held
+                # SIGKILL of the planner ends torchrun (parent-death signal) and its workers
+                # (their watchdog: planner.interrupts.exit_with_launcher)
                 proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
-                                        env=full_env, start_new_session=True)
+                                        env=full_env, start_new_session=True,
+                                        preexec_fn=die_with_parent_preexec())
             deadline = time.monotonic() + timeout_s
             while True:
                 try:
