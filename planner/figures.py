@@ -266,7 +266,10 @@ def calibration_figure(fit: FitResult) -> Figure:
     after = fit.pred_cv if fit.pred_cv is not None else fit.pred_after
     lo, hi = float(meas.min()) * 0.7, float(meas.max()) * 1.4
     xs = np.geomspace(lo, hi, 50)
-    sigma = fit.rel_error_sigma
+    # the band the fitted profile carries (step_time_rel_error), so the figure and the profile
+    # say one number; a fit without one falls back to its residuals' spread
+    sigma = fit.profile.step_time_rel_error
+    sigma = fit.rel_error_sigma if sigma is None else float(sigma)
     ax.fill_between(xs, xs * np.exp(-sigma), xs * np.exp(sigma), color="#4C72B0", alpha=0.15,
                     label=f"band +/-{sigma:.1%} (1 sigma)")
     ax.plot(xs, xs, color="black", lw=1)
