@@ -65,7 +65,7 @@ from planner.errors import LayoutError, SpecError
 RankOpt = Annotated[int | None, typer.Option(
     "--rank", min=1, max=limits.MAX_TOP,
     help="Explain the N-th plan of the ranking (solve with the same options).")]
-FiguresOpt = Annotated[Path | None, typer.Option(
+FiguresOpt = Annotated[str | None, typer.Option(  # str: an empty value is refused, not "."
     "--figures", callback=output_folder,
     help="Write the plan's figures here (schedule, memory, pareto; PNG and SVG).")]
 HtmlOpt = Annotated[Path, typer.Option("--html", callback=output_file,

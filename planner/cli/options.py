@@ -63,9 +63,10 @@ def record_file(ctx: typer.Context, param: typer.CallbackParam, value: Path | No
     return check_records_file(value, param.opts[0] if param.opts else "runs file")
 
 
-def output_folder(ctx: typer.Context, param: typer.CallbackParam, value: Path | None):
-    """An output folder option (figures): refuse an existing file, a path under one, an
-    unwritable place or a name too long before any work (planner.io.check_output_folder)."""
+def output_folder(ctx: typer.Context, param: typer.CallbackParam, value: str | None):
+    """An output folder option (figures; declared str, so an empty value is seen and refused
+    rather than read as "."): refuse an existing file, a path under one, an unwritable place or
+    a name too long before any work (planner.io.check_output_folder). Returns a Path."""
     from planner.io import check_output_folder
 
     if value is None or ctx.resilient_parsing:

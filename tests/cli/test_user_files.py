@@ -62,13 +62,25 @@ def test_csv_into_a_fifo_streams_and_the_fifo_stays(tmp_path):
     assert got and _csv_header(got[0].decode())
 
 
-def test_csv_to_dev_null_leaves_the_device_node():
-    before = os.lstat("/dev/null")
-    result = invoke(*SOLVE, "--csv", "/dev/null")
+@pytest.fixture
+def null_device(tmp_path) -> Path:
+    """A character device node like /dev/null (1, 3) made in tmp_path: a writer that replaced
+    it (main did) would replace this node, never the system's /dev/null."""
+    node = tmp_path / "null"
+    try:
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except (PermissionError, OSError) as exc:
+        pytest.skip(f"cannot make a device node here: {exc}")
+    return node
+
+
+def test_csv_to_a_device_writes_it_in_place(null_device):
+    before = os.lstat(null_device)
+    result = invoke(*SOLVE, "--csv", str(null_device))
     assert result.code == 0, result.stderr
-    after = os.lstat("/dev/null")
-    assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev
-    assert after.st_ino == before.st_ino
+    after = os.lstat(null_device)
+    assert stat.S_ISCHR(after.st_mode) and after.st_rdev == os.makedev(1, 3)
+    assert after.st_ino == before.st_ino  # the same node, not a new file renamed over it
 
 
 def test_csv_dash_is_stdout_and_the_table_goes_to_stderr(tmp_path, monkeypatch):
@@ -152,10 +164,10 @@ def test_csv_in_a_read_only_folder_is_one_line(tmp_path):
     assert_one_line_exit_2(invoke(*SOLVE, "--csv", str(folder / "p.csv")), "not writable")
 
 
-def test_runs_records_cannot_go_to_stdout_or_a_device():
+def test_runs_records_cannot_go_to_stdout_or_a_device(null_device):
     assert_one_line_exit_2(invoke("validate", "-m", "llama2-7b", "--out", "-", "--print-only"),
                            "--out -")
-    assert_one_line_exit_2(invoke("validate", "-m", "llama2-7b", "--out", "/dev/null",
+    assert_one_line_exit_2(invoke("validate", "-m", "llama2-7b", "--out", str(null_device),
                                   "--print-only"), "not a regular file")
 
 
