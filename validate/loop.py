@@ -70,7 +70,7 @@ def default_validate_run(steps: int = 4, warmup: int = 1, timeout_s: float = 600
         """SpecError before any run when this machine is not the cluster's GPU, or cannot hold
         the run (planner.validate.launch.check_machine)."""
         from planner.errors import SpecError
-        from planner.runs import profile_device_mismatch
+        from planner.measured.runs import profile_device_mismatch
         from planner.validate.launch import check_machine, local_device
 
         why = profile_device_mismatch(cluster.gpu, local_device())

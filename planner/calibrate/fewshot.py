@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 
 from planner.calibrate.fit import (
-    LAYER_OVERHEAD_FLOOR_US,
     FitResult,
     _cv_folds,
     _with_provenance,
@@ -39,7 +38,13 @@ from planner.calibrate.fit import (
 from planner.layout import Layout
 from planner.measured.runs import MeasuredRun
 from planner.specs import GpuProfile
-from planner.specs.adjust import Knob, apply_values, knobs_for, stock_values
+from planner.specs.adjust import (
+    LAYER_OVERHEAD_FLOOR_US,
+    Knob,
+    apply_values,
+    knobs_for,
+    stock_values,
+)
 
 # The model's error floor on one run's log step time once a stack's own factors are fitted:
 # 1.4826 x the median absolute in-sample error the per-stack fits leave (docs/accuracy.md
@@ -338,7 +343,7 @@ def _uniform(knobs: Sequence[Knob], theta: dict[str, float], c: float) -> dict[s
     return out
 
 
-def _remove_bias(base, seen, theta, runs, layouts, measured, predict, knobs):  # noqa: ANN001, ANN202
+def _remove_bias(base, seen, theta, runs, layouts, measured, predict, knobs):
     """The few-shot fit's last step when the chosen knobs (held near the preset by their prior,
     or at a bound) leave the runs' median log error beyond the noise floor: one factor on every
     term's time (_uniform), fitted to the runs (its only assumption is that the whole step is

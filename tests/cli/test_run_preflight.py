@@ -25,7 +25,7 @@ TINY = ["--layers", "2", "--hidden", "32", "--heads", "4", "--kv-heads", "2", "-
 @pytest.fixture
 def host(monkeypatch):
     """A CPU host with 64 GiB available on which launching torchrun fails the test."""
-    def refuse(*_args, **_kwargs):  # noqa: ANN202
+    def refuse(*_args, **_kwargs):
         raise AssertionError("torchrun was launched")
 
     monkeypatch.setattr(launch, "run_torchrun", refuse)

@@ -15,8 +15,8 @@ from calib_fixtures import a100_like
 from planner.calibrate.fewshot import UNIFORM, FewShotPrior, few_shot_fit
 from planner.calibrate.fit import predict_step_times
 from planner.layout import Layout
+from planner.measured.runs import MeasuredRun, load_records
 from planner.registry import load_gpu
-from planner.runs import MeasuredRun, load_records
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 from planner.stacks import resolve_stack
 
