@@ -120,7 +120,8 @@ def _start_time(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (/proc/PID/stat field 22), None when
     it is gone or a zombie (or not Linux)."""
     try:
-        text = open(f"/proc/{pid}/stat").read()
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
     except OSError:
         return None
     fields = text[text.rindex(")") + 2:].split()
