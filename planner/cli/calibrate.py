@@ -76,6 +76,14 @@ def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitO
     if json_out and str(out) == "-":
         raise SpecError("--json and --out - would both write to stdout; give --out a file name")
     gpu = load_gpu(profile)
+    if fit:  # every input checked before the runs are read (and warned about)
+        from planner.specs.adjust import knobs_for
+
+        known = [k.name for k in knobs_for(gpu)]
+        unknown = sorted({n.strip() for n in fit.split(",") if n.strip()} - set(known))
+        if unknown:
+            raise SpecError(f"unknown fit parameter(s): {', '.join(unknown)}; known: "
+                            + ", ".join(known))
     measured, skipped = [], []
     for path in runs:
         more, less = load_runs(path, gpu)
