@@ -40,20 +40,24 @@ def _figure(width: float, height: float) -> Figure:
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def save(fig: Figure, path: str | Path) -> Path:
-    """Write the figure as PNG or SVG (by suffix), atomically."""
-    path = Path(path)
-    fmt = path.suffix.lower().lstrip(".")
+def figure_bytes(fig: Figure, path: str | Path) -> bytes:
+    """The figure as PNG or SVG bytes, by the suffix of `path` (SpecError for another)."""
+    fmt = Path(path).suffix.lower().lstrip(".")
     if fmt not in ("png", "svg"):
         from planner.errors import SpecError
 
         raise SpecError(f"figure {path}: use a .png or .svg file name")
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=150)
-    from planner.io import write_bytes_atomic
+    return buf.getvalue()
 
-    write_bytes_atomic(path, buf.getvalue())
-    return path
+
+def save(fig: Figure, path: str | Path) -> Path:
+    """Write the figure as PNG or SVG (by suffix) with planner.io.write_output."""
+    from planner.io import write_output
+
+    write_output(path, figure_bytes(fig, path))
+    return Path(path)
 
 
 def svg_text(fig: Figure) -> str:
@@ -272,7 +276,10 @@ def calibration_figure(fit: FitResult) -> Figure:
     after = fit.pred_cv if fit.pred_cv is not None else fit.pred_after
     lo, hi = float(meas.min()) * 0.7, float(meas.max()) * 1.4
     xs = np.geomspace(lo, hi, 50)
-    sigma = fit.rel_error_sigma
+    # the band the fitted profile carries (step_time_rel_error), so the figure and the profile
+    # say one number; a fit without one falls back to its residuals' spread
+    sigma = fit.profile.step_time_rel_error
+    sigma = fit.rel_error_sigma if sigma is None else float(sigma)
     ax.fill_between(xs, xs * np.exp(-sigma), xs * np.exp(sigma), color="#4C72B0", alpha=0.15,
                     label=f"band +/-{sigma:.1%} (1 sigma)")
     ax.plot(xs, xs, color="black", lw=1)

@@ -55,6 +55,7 @@ from planner.cli.options import (
     layout_pins,
     load_inputs,
     output_file,
+    output_folder,
     stack_pins,
     with_economics,
 )
@@ -64,8 +65,9 @@ from planner.errors import LayoutError, SpecError
 RankOpt = Annotated[int | None, typer.Option(
     "--rank", min=1, max=limits.MAX_TOP,
     help="Explain the N-th plan of the ranking (solve with the same options).")]
-FiguresOpt = Annotated[Path | None, typer.Option(
-    "--figures", help="Write the plan's figures here (schedule, memory, pareto; PNG and SVG).")]
+FiguresOpt = Annotated[str | None, typer.Option(  # str: an empty value is refused, not "."
+    "--figures", callback=output_folder,
+    help="Write the plan's figures here (schedule, memory, pareto; PNG and SVG).")]
 HtmlOpt = Annotated[Path, typer.Option("--html", callback=output_file,
                                        help="Write the HTML report here.")]
 TopOpt = Annotated[int, typer.Option("--top", min=1, max=limits.MAX_TOP,
@@ -263,7 +265,7 @@ def report_cmd(
     from planner.report import job_label, run_note_lines
     from planner.search import solve
 
-    if html.suffix.lower() not in (".html", ".htm"):
+    if str(html) != "-" and html.suffix.lower() not in (".html", ".htm"):
         raise SpecError(f"--html {html}: use a .html file name")
     model_spec, cluster_spec, job, pins, run_in = _inputs(
         model, cluster, profile, seq_len, global_batch, stack,
@@ -292,4 +294,4 @@ def report_cmd(
                        run_note_lines(winner, run_in, ref_lr, ref_batch), title, groups)
     write_text_atomic(html, text)
     typer.echo(f"wrote {html} ({len(text) / 1024:.0f} KiB): {min(top, len(ranked))} plans, "
-               f"winner {winner.layout}")
+               f"winner {winner.layout}", err=str(html) == "-")

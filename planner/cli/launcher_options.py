@@ -139,7 +139,7 @@ def write_export(launcher: LauncherChoice | str, model_spec, cluster_spec, job, 
                                           plan.estimate.step_time_s), form)
     for warning in result.warnings:
         print(f"warning: {name}: {warning}", file=sys.stderr)
-    if out is None:
+    if out is None or str(out) == "-":
         sys.stdout.write(result.text)
     else:
         write_text_atomic(out, result.text)

@@ -59,6 +59,27 @@ def output_file(ctx: typer.Context, param: typer.CallbackParam, value: Path | No
     return check_output_file(value, param.opts[0] if param.opts else "output file")
 
 
+def record_file(ctx: typer.Context, param: typer.CallbackParam, value: Path | None):
+    """A run-records option (JSON lines appended, then read back): an output file that is a
+    regular file or none yet; not "-", a device or a FIFO (planner.io.check_records_file)."""
+    from planner.io import check_records_file
+
+    if value is None or ctx.resilient_parsing:
+        return value
+    return check_records_file(value, param.opts[0] if param.opts else "runs file")
+
+
+def output_folder(ctx: typer.Context, param: typer.CallbackParam, value: str | None):
+    """An output folder option (figures; declared str, so an empty value is seen and refused
+    rather than read as "."): refuse an existing file, a path under one, an unwritable place or
+    a name too long before any work (planner.io.check_output_folder). Returns a Path."""
+    from planner.io import check_output_folder
+
+    if value is None or ctx.resilient_parsing:
+        return value
+    return check_output_folder(value, param.opts[0] if param.opts else "output folder")
+
+
 def finite_seconds(ctx: typer.Context, param: typer.CallbackParam, value: float | None):
     """A duration option: finite (inf/NaN pass click's FloatRange) and at most a week."""
     if value is None:
@@ -238,8 +259,13 @@ def timeout_option(help_text: str) -> Any:
 
 
 def output_option(flag: str, help_text: str, *short: str) -> Any:
-    """A file option a command writes (checked by output_file before any work)."""
+    """A file option a command writes (checked by output_file before any work; "-" = stdout)."""
     return Annotated[Path, typer.Option(flag, *short, callback=output_file, help=help_text)]
+
+
+def records_option(flag: str, help_text: str, *short: str) -> Any:
+    """A JSON-lines file of run records a command appends to (checked by record_file)."""
+    return Annotated[Path, typer.Option(flag, *short, callback=record_file, help=help_text)]
 
 
 def layout_pins(**values: Any) -> dict[str, Any]:

@@ -15,6 +15,8 @@ pins no valid layout can honour exit 2.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -69,8 +71,8 @@ from planner.cli.options import (
     economics_inputs,
     layout_pins,
     output_file,
-    output_option,
     parse_stage_layers,
+    records_option,
     stack_pins,
     with_economics,
 )
@@ -87,7 +89,7 @@ CalibrateOpt = Annotated[
         help="Closed loop: validate the top N plans here (torchrun), refit the profile, re-rank.",
     ),
 ]
-RunsOpt = output_option("--runs", "With --calibrate: run records are appended here.")
+RunsOpt = records_option("--runs", "With --calibrate: run records are appended here.")
 TpAcrossNodesOpt = Annotated[
     bool,
     typer.Option(
@@ -101,6 +103,20 @@ ProfileOutOpt = Annotated[
     typer.Option("--profile-out", callback=output_file,
                  help="With --calibrate: write the fitted profile here."),
 ]
+
+
+@contextmanager
+def _empty_json_when_infeasible(as_json: bool) -> Iterator[None]:
+    """With --json, nothing that fits is an empty list on stdout (the diagnosis on stderr, exit
+    1 as the contract says)."""
+    from planner.errors import InfeasibleError
+
+    try:
+        yield
+    except InfeasibleError:
+        if as_json:
+            typer.echo("[]")
+        raise
 
 
 @app.command("solve")
@@ -159,10 +175,13 @@ def solve_cmd(
     pins = stack_pins(preset, layout_pins(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
         recompute=recompute, sp=sp))
-    if out is not None and export is None:
-        from planner.errors import SpecError
+    from planner.errors import SpecError
 
+    if out is not None and export is None:
         raise SpecError("--out goes with --export LAUNCHER")
+    if str(csv) == "-" and (as_json or (export is not None and str(out) in ("None", "-"))):
+        raise SpecError("--csv - and " + ("--json" if as_json else "--export without --out")
+                        + " would both write to stdout; give --csv a file name")
     recipe = dict(precision=precision, attention=attention, grad_dtype=grad_dtype,
                   tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap,
                   moe_dispatcher=moe_dispatcher, moe_capacity_factor=moe_capacity_factor)
@@ -181,41 +200,42 @@ def solve_cmd(
                         "cluster of pools yet")
     check_lr_options(ref_lr, ref_batch)
     loop = None
-    if isinstance(cluster_spec, PooledCluster):
-        from planner.search.pools import search_pooled
+    with _empty_json_when_infeasible(as_json):
+        if isinstance(cluster_spec, PooledCluster):
+            from planner.search.pools import search_pooled
 
-        if calibrate is not None:
-            from planner.errors import SpecError
+            if calibrate is not None:
+                from planner.errors import SpecError
 
-            raise SpecError("--calibrate measures one GPU kind; not on a cluster of pools")
-        plans = search_pooled(model_spec, cluster_spec, job, pins, top_k=top,
-                              stage_layers=parse_stage_layers(stage_layers),
-                              even_stages=even_stages)
-    elif calibrate is not None:
-        from contextlib import nullcontext
+                raise SpecError("--calibrate measures one GPU kind; not on a cluster of pools")
+            plans = search_pooled(model_spec, cluster_spec, job, pins, top_k=top,
+                                  stage_layers=parse_stage_layers(stage_layers),
+                                  even_stages=even_stages)
+        elif calibrate is not None:
+            from contextlib import nullcontext
 
-        from planner.interrupts import raise_on_signals
-        from planner.progress import hidden
-        from planner.validate.loop import closed_loop
+            from planner.interrupts import raise_on_signals
+            from planner.progress import hidden
+            from planner.validate.loop import closed_loop
 
-        # SIGTERM/SIGINT/SIGHUP: the run in flight ends with its record, exit 128 + signal
-        with raise_on_signals(), (hidden() if as_json else nullcontext()):
-            loop = closed_loop(model_spec, cluster_spec, job, pins, calibrate, runs, top_k=top,
-                               profile_out=profile_out, stack=preset,
-                               tp_across_nodes=tp_across_nodes)
-        plans = loop.plans_after
-        tied_total = sum(p.tied_with_best for p in plans)
-    elif resolved is not None:
-        from planner.cli.solve_config import compare_config
+            # SIGTERM/SIGINT/SIGHUP: the run in flight ends with its record, exit 128 + signal
+            with raise_on_signals(), (hidden() if as_json else nullcontext()):
+                loop = closed_loop(model_spec, cluster_spec, job, pins, calibrate, runs, top_k=top,
+                                   profile_out=profile_out, stack=preset,
+                                   tp_across_nodes=tp_across_nodes)
+            plans = loop.plans_after
+            tied_total = sum(p.tied_with_best for p in plans)
+        elif resolved is not None:
+            from planner.cli.solve_config import compare_config
 
-        plans, comparison = compare_config(model_spec, cluster_spec, job, pins, current_pins,
-                                           top)
-        tied_total = sum(p.tied_with_best for p in plans)
-    else:
-        result = search(model_spec, cluster_spec, job, pins, top_k=top,
-                        stage_layers=parse_stage_layers(stage_layers), even_stages=even_stages,
-                        tp_across_nodes=tp_across_nodes)
-        plans, tied_total = result.plans(), result.tied_total
+            plans, comparison = compare_config(model_spec, cluster_spec, job, pins, current_pins,
+                                               top)
+            tied_total = sum(p.tied_with_best for p in plans)
+        else:
+            result = search(model_spec, cluster_spec, job, pins, top_k=top,
+                            stage_layers=parse_stage_layers(stage_layers), even_stages=even_stages,
+                            tp_across_nodes=tp_across_nodes)
+            plans, tied_total = result.plans(), result.tied_total
     plans = with_economics(plans, model_spec, cluster_spec, run_in)
     limit = None
     if not isinstance(cluster_spec, PooledCluster):
@@ -242,7 +262,9 @@ def solve_cmd(
         return
     from rich.console import Console
 
-    console = Console(stderr=export is not None and out is None)
+    # the table goes to stderr when stdout carries a file (--export without --out, --csv -)
+    console = Console(stderr=(export is not None and (out is None or str(out) == "-"))
+                      or str(csv) == "-")
     pinned = " ".join(f"{k}={v}" for k, v in pins.items())
     title = (
         f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), seq {job.seq_len}, "
@@ -297,5 +319,5 @@ def solve_cmd(
             f"winner changed: {before} -> {after}" if loop.winner_changed
             else f"winner unchanged: {after}"
         )
-    if csv is not None:
+    if csv is not None and str(csv) != "-":
         console.print(f"wrote {csv}")

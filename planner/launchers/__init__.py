@@ -80,10 +80,9 @@ def read_config(path: str | Path) -> Imported:
     if not path.exists() and ":" in path.name:
         name, _, function = path.name.rpartition(":")
         path = path.with_name(name)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError(f"cannot read config {path}: {exc.strerror}") from None
+    from planner.io import read_text
+
+    text = read_text(path, "config")  # one line for a folder, a missing file, non-UTF-8 bytes
     launcher = detect(text, str(path))
     if function is None:
         return module(launcher).read(text, str(path))
