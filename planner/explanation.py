@@ -81,6 +81,11 @@ class Explanation:
                    "micro-batches in flight):")
         for label, gib, share in self.mem_terms:
             out.append(f"  {label:<34} {gib:9.2f} GiB {share:6.1%}")
+        out.append(f"  {'peak allocated by PyTorch':<34} {e.peak_mem_gb:9.2f} GiB "
+                   "(max_memory_allocated; fits reads this)")
+        if e.device_mem_gb == e.device_mem_gb:  # not NaN
+            out.append(f"  {'device shows (nvidia-smi)':<34} {e.device_mem_gb:9.2f} GiB "
+                       "(+ allocator cache, CUDA context, NCCL buffers)")
         out.append("what binds:")
         out += [f"  - {b}" for b in self.binds]
         out += [f"  - {g}" for g in self.groups]
