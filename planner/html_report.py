@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 MAX_INLINE_SVG_BYTES = 1_500_000
 
 STYLE = """
-body { font-family: system-ui, sans-serif; margin: 1.5em auto; padding: 0 1.5em; max-width: 1200px;
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; padding: 0 1.5em; max-width: 1400px;
        color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
 table.plans { border-collapse: collapse; font-size: 0.85em; }
