@@ -288,8 +288,11 @@ def report_cmd(
             groups[str(spec)] = []
     title = (f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), seq "
              f"{job.seq_len}, global batch {job.global_batch}, {job_label(cluster_spec.gpu, job)}")
+    from planner.costmodel.checks import plan_warnings
+
+    notes = [f"warning: {w}" for w in plan_warnings(cluster_spec, job, winner)]
     text = html_report(model_spec, cluster_spec, job, ranked, top, exp,
-                       run_note_lines(winner, run_in, ref_lr, ref_batch), title, groups)
+                       notes + run_note_lines(winner, run_in, ref_lr, ref_batch), title, groups)
     write_text_atomic(html, text)
     typer.echo(f"wrote {html} ({len(text) / 1024:.0f} KiB): {min(top, len(ranked))} plans, "
                f"winner {winner.layout}")

@@ -216,6 +216,10 @@ def solve_cmd(
 
         plans, limit = mark_plans(plans, cluster_spec.gpu.name, preset.name, job.precision)
     from planner import report
+    from planner.costmodel.checks import plan_warnings
+
+    for line in plan_warnings(cluster_spec, job, plans[0]) if plans else []:
+        typer.echo(f"warning: {line}", err=True)
 
     if export is not None:
         write_export(export, model_spec, cluster_spec, job, plans[0], out)
