@@ -50,7 +50,8 @@ def test_a_global_batch_too_small_for_the_cluster_is_said() -> None:
     assert e.time_pp_bubble_s / e.step_time_s > 0.6
     lines = plan_warnings(cluster, job, plan)
     assert len(lines) == 1 and "too small to feed 1024 GPUs" in lines[0]
-    assert f"{e.time_pp_bubble_s / e.step_time_s:.0%} of its step in the pipeline bubble" in lines[0]
+    share = e.time_pp_bubble_s / e.step_time_s
+    assert f"{share:.0%} of its step in the pipeline bubble" in lines[0]
     busy = JobSpec(seq_len=4096, global_batch=2048)
     _, _, fed = _plan("llama3-70b", "1024xH100", busy, layout)
     assert plan_warnings(cluster, busy, fed) == []
