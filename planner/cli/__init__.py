@@ -61,6 +61,21 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'planner.cli' has no attribute {name!r}")
 
 
+# Columns of help and tables when stdout is not a terminal (a pipe, a file): rich falls back to
+# 80, which cuts option names and values in --help ("NODESxPERNODExGP…"). COLUMNS, when set,
+# wins (the README says how to widen or narrow the output).
+PIPED_WIDTH = 160
+
+
+def piped_width() -> None:
+    """Draw help and tables PIPED_WIDTH columns wide when stdout is not a terminal and the
+    user set no COLUMNS (rich and typer read COLUMNS for their console width)."""
+    import os
+
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        os.environ["COLUMNS"] = str(PIPED_WIDTH)
+
+
 def main() -> None:
     """Console-script entry point: exit with run()'s code."""
     sys.exit(run())
@@ -73,6 +88,7 @@ def run(argv: list[str] | None = None) -> int:
     `error: ...` line on stderr; --help and a bare `planner` print the help (exit 0)."""
     from typer.exceptions import TyperException
 
+    piped_width()
     args = sys.argv[1:] if argv is None else list(argv)
     app = register(["planner", *args])
     try:
