@@ -431,8 +431,10 @@ def stage_other_bytes(model: ModelSpec, software: str, grad_dtype: str, stages, 
 # peak_mem_gb predicts torch.cuda.max_memory_allocated(). nvidia-smi shows more: the caching
 # allocator's reserve (blocks freed by PyTorch but kept by the allocator, and fragmentation),
 # the CUDA context and NCCL's communicator buffers. device_memory_gib adds them.
-# CUDA context with lazy module loading (CUDA >= 11.7, the default since PyTorch 1.13/2.x):
-# ~0.3 GiB (ptrblck, pytorch #107667; the GPU profiles' reserve_gib counts the same 0.3).
+# CUDA context with lazy module loading (CUDA >= 11.7, the default since PyTorch 1.13, which
+# sets CUDA_MODULE_LOADING=LAZY): 287,047,680 B measured with one small tensor against
+# 666,632,192 B eager (pytorch #86509); "~300MB" (ptrblck, pytorch #107667). The GPU
+# profiles' reserve_gib counts the same 0.3 GiB.
 CUDA_CONTEXT_GIB = 0.3
 # Caching-allocator reserve, per GiB of predicted activations: torch.cuda.max_memory_reserved()
 # minus the predicted allocated peak, over the predicted activations, median of the 755 runs of
