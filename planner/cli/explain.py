@@ -173,6 +173,7 @@ def explain_cmd(
 ) -> None:
     """Explain one plan: where the time and memory go, what binds, the change that helps most
     (re-estimated), and why its neighbours in the ranking lose."""
+    from planner.costmodel import memory_status
     from planner.explanation import explain
     from planner.report import run_note_lines
     model_spec, cluster_spec, job, pins, run_in = _inputs(
@@ -206,7 +207,8 @@ def explain_cmd(
             "changes": [{"change": c.what, "layout": str(c.plan.layout),
                          "step_time_s": c.plan.estimate.step_time_s,
                          "d_step_rel": c.d_step_rel, "d_peak_gb": c.d_peak_gb,
-                         "fits": c.plan.estimate.fits} for c in exp.changes],
+                         "fits": c.plan.estimate.fits,
+                         "memory_status": memory_status(c.plan.estimate)} for c in exp.changes],
             "neighbours": exp.neighbours, "text": lines,
             "figures": [str(p) for p in written]}, indent=2))
         return

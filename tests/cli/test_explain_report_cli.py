@@ -57,12 +57,14 @@ def test_explain_changes_are_re_estimated_by_the_cost_model():
 
 def test_the_winner_has_no_faster_neighbour_that_fits():
     """The search is exact over its space, so no one-knob change of its winner (the changes
-    explain offers stay inside that space) may be faster and fit: an independent check of the
-    explanation against CP-SAT."""
+    explain offers stay inside that space) may be faster and fit with headroom: an independent
+    check of the explanation against CP-SAT. A faster neighbour within the memory band of the
+    capacity "may not fit" and ranks after the plans with headroom (issue 20)."""
     for args in (SMALL, ["--model", "llama70b", "--cluster", "64xA100"]):
         out = _json(["explain", *args, "--rank", "1", "--json"])
         assert out["best_change"] is None, out["best_change"]
-        assert all(c["d_step_rel"] >= -1e-6 or not c["fits"] for c in out["changes"])
+        assert all(c["d_step_rel"] >= -1e-6 or c["memory_status"] != "fits"
+                   for c in out["changes"])
 
 
 def test_explain_a_plan_that_does_not_fit_says_memory_binds_and_what_fits():
