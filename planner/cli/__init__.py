@@ -77,7 +77,9 @@ def piped_width() -> None:
 
 
 def main() -> None:
-    """Console-script entry point: exit with run()'s code."""
+    """Console-script entry point: exit with run()'s code (help and tables PIPED_WIDTH wide
+    when stdout is not a terminal)."""
+    piped_width()
     sys.exit(run())
 
 
@@ -88,7 +90,6 @@ def run(argv: list[str] | None = None) -> int:
     `error: ...` line on stderr; --help and a bare `planner` print the help (exit 0)."""
     from typer.exceptions import TyperException
 
-    piped_width()
     args = sys.argv[1:] if argv is None else list(argv)
     app = register(["planner", *args])
     try:
