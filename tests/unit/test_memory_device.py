@@ -13,8 +13,8 @@ import pytest
 
 from planner import JobSpec, Layout, estimate, load_model, parse_cluster
 from planner.costmodel import estimate_batch, layout_violations, memory, memory_status
-from planner.plan import PLAN_COLUMNS, Plan
 from planner.measured.runs import PUBLISHED_RUNS_CSV, load_table
+from planner.plan import PLAN_COLUMNS, Plan
 
 GIB = 2**30
 
