@@ -67,20 +67,30 @@ def __getattr__(name: str) -> Any:
 PIPED_WIDTH = 160
 
 
-def piped_width() -> None:
+def piped_width() -> bool:
     """Draw help and tables PIPED_WIDTH columns wide when stdout is not a terminal and the
-    user set no COLUMNS (rich and typer read COLUMNS for their console width)."""
+    user set no COLUMNS (rich and typer read COLUMNS for their console width). True when it
+    set COLUMNS (main() removes it again: an in-process caller keeps its environment)."""
     import os
 
     if "COLUMNS" not in os.environ and not sys.stdout.isatty():
         os.environ["COLUMNS"] = str(PIPED_WIDTH)
+        return True
+    return False
 
 
 def main() -> None:
     """Console-script entry point: exit with run()'s code (help and tables PIPED_WIDTH wide
     when stdout is not a terminal)."""
-    piped_width()
-    sys.exit(run())
+    import os
+
+    added = piped_width()
+    try:
+        code = run()
+    finally:
+        if added:
+            os.environ.pop("COLUMNS", None)
+    sys.exit(code)
 
 
 def run(argv: list[str] | None = None) -> int:
