@@ -225,12 +225,30 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     return front
 
 
+def _label_inside(ax: Any, labels: Sequence[tuple[str, float, float]]) -> None:
+    """Annotate each (text, x, y) point, the text on the side of the point that faces the
+    middle of the axes (left of a point in the right half, below one in the top half) so that
+    it stays inside the axes, with an arrow from the text to the point."""
+    if not labels:
+        return
+    x0, x1 = ax.get_xlim()
+    y0, y1 = ax.get_ylim()
+    for text, x, y in labels:
+        right = x > (x0 + x1) / 2
+        top = y > (y0 + y1) / 2
+        ax.annotate(text, (x, y), fontsize=7, xytext=(-8 if right else 8, -10 if top else 10),
+                    textcoords="offset points", ha="right" if right else "left",
+                    va="top" if top else "bottom",
+                    arrowprops={"arrowstyle": "-", "lw": 0.6, "color": "grey"})
+
+
 def pareto_figure(groups: Mapping[str, Sequence[Plan]]) -> Figure:
     """Step time against peak memory of ranked plans, the front drawn; with several clusters
     (groups), a second panel puts step time against GPU count."""
     several = len(groups) > 1
     fig = _figure(11 if several else 7, 4.5)
     ax = fig.add_subplot(1, 2 if several else 1, 1)
+    winners: list[tuple[str, float, float]] = []  # (layout, memory, step) of each plan 1
     for label, plans in groups.items():
         pts = [(p.estimate.step_time_s, p.estimate.peak_mem_gb) for p in plans]
         if not pts:
@@ -239,11 +257,10 @@ def pareto_figure(groups: Mapping[str, Sequence[Plan]]) -> Figure:
         front = pareto_front(pts)
         fx = sorted((pts[i][1], pts[i][0]) for i in front)
         ax.step([x for x, _ in fx], [y for _, y in fx], where="post", lw=1)
-        best = min(range(len(pts)), key=lambda i: pts[i][0])
-        ax.annotate(str(plans[best].layout), (pts[best][1], pts[best][0]), fontsize=7,
-                    xytext=(4, 4), textcoords="offset points")
         cap = plans[0].estimate.mem_capacity_gb
         ax.axvline(cap, color="grey", ls=":", lw=1)
+        winners.append((str(plans[0].layout), pts[0][1], pts[0][0]))
+    _label_inside(ax, winners)
     ax.set_xlabel("peak memory per GPU (GiB)")
     ax.set_ylabel("step time (s)")
     ax.set_title("ranked plans: step time vs peak memory (front: stepped line)", fontsize=9)

@@ -23,6 +23,8 @@ PLAN_COLUMNS: tuple[str, ...] = (
     "step_time_low_s", "step_time_high_s", "tied_with_best",
     # issue 19: above the best published MFU of its GPU class and stack (planner.published)
     "faster_than_published",
+    # issue 19 section 4: what the device shows beside peak_mem_gb (what PyTorch allocates)
+    "device_mem_gb",
 )
 TIME_COLUMNS = tuple(c for c in PLAN_COLUMNS if c.startswith("time_"))
 MEM_COLUMNS = tuple(c for c in PLAN_COLUMNS if c.startswith("mem_") and c != "mem_capacity_gb")

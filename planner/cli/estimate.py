@@ -167,9 +167,9 @@ def estimate_cmd(
         marked, limit = mark_plans([plan], cluster_spec.gpu.name, preset.name, job.precision)
         plan = marked[0]
     from planner import report
-    from planner.costmodel.checks import layout_warnings
+    from planner.costmodel.checks import layout_warnings, plan_warnings
 
-    for line in layout_warnings(cluster_spec, layout):
+    for line in layout_warnings(cluster_spec, layout) + plan_warnings(cluster_spec, job, plan):
         typer.echo(f"warning: {line}", err=True)
 
     if csv is not None:

@@ -175,6 +175,7 @@ def explain_cmd(
 ) -> None:
     """Explain one plan: where the time and memory go, what binds, the change that helps most
     (re-estimated), and why its neighbours in the ranking lose."""
+    from planner.costmodel import memory_status
     from planner.explanation import explain
     from planner.report import run_note_lines
     model_spec, cluster_spec, job, pins, run_in = _inputs(
@@ -208,7 +209,8 @@ def explain_cmd(
             "changes": [{"change": c.what, "layout": str(c.plan.layout),
                          "step_time_s": c.plan.estimate.step_time_s,
                          "d_step_rel": c.d_step_rel, "d_peak_gb": c.d_peak_gb,
-                         "fits": c.plan.estimate.fits} for c in exp.changes],
+                         "fits": c.plan.estimate.fits,
+                         "memory_status": memory_status(c.plan.estimate)} for c in exp.changes],
             "neighbours": exp.neighbours, "text": lines,
             "figures": [str(p) for p in written]}, indent=2))
         return
@@ -290,8 +292,11 @@ def report_cmd(
             groups[str(spec)] = []
     title = (f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), seq "
              f"{job.seq_len}, global batch {job.global_batch}, {job_label(cluster_spec.gpu, job)}")
+    from planner.costmodel.checks import plan_warnings
+
+    notes = [f"warning: {w}" for w in plan_warnings(cluster_spec, job, winner)]
     text = html_report(model_spec, cluster_spec, job, ranked, top, exp,
-                       run_note_lines(winner, run_in, ref_lr, ref_batch), title, groups)
+                       notes + run_note_lines(winner, run_in, ref_lr, ref_batch), title, groups)
     write_text_atomic(html, text)
     typer.echo(f"wrote {html} ({len(text) / 1024:.0f} KiB): {min(top, len(ranked))} plans, "
                f"winner {winner.layout}", err=str(html) == "-")

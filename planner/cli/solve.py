@@ -243,6 +243,10 @@ def solve_cmd(
 
         plans, limit = mark_plans(plans, cluster_spec.gpu.name, preset.name, job.precision)
     from planner import report
+    from planner.costmodel.checks import plan_warnings
+
+    for line in plan_warnings(cluster_spec, job, plans[0]) if plans else []:
+        typer.echo(f"warning: {line}", err=True)
 
     if export is not None:
         from planner.cli.launcher_options import first_runnable
@@ -287,17 +291,8 @@ def solve_cmd(
         console.print(f"warning: plans {', '.join(map(str, crossing))} run tp across NVLink "
                       "domains (over the scale-out network)")
     if tied_total > 1:
-        shown = sum(p.tied_with_best for p in plans)
-        best = plans[0].estimate
-        rel = (best.step_time_high_s - best.step_time_low_s) / (2 * best.step_time_s)
         calibrated = loop is not None or cluster_spec.gpu.step_time_rel_error is not None
-        source = "the profile's calibrated" if calibrated else "the stock model's"
-        console.print(
-            f"{tied_total} layouts tie with the fastest ({shown} shown, marked '='): their "
-            f"step-time bands overlap ({source} +/-{rel:.1%}, 1 sigma); within the tie the "
-            "ranking prefers the layout least exposed to communication and bubble time, then "
-            "lower memory (docs/ranking.md)"
-        )
+        console.print(report.tie_note(plans, tied_total, calibrated))
     if comparison is not None:
         from planner.search.compare import describe
 

@@ -5,6 +5,8 @@ the search leaves it out unless asked (tp_allowed's across_domains)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from planner.layout import RECOMPUTE_LEVELS, Layout
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
@@ -34,6 +36,57 @@ def layout_warnings(cluster: ClusterSpec, layout: Layout) -> list[str]:
             f"its per-layer collectives cross the scale-out network ({gpu.inter_node.fabric}), "
             "estimated hierarchically; solve keeps tp inside a domain unless --tp-across-nodes"
         )
+    return out
+
+
+# bf16 arithmetic and tensor cores need compute capability 8.0 (Ampere): CUDA C++ Programming
+# Guide, "Arithmetic Instructions" / cuda_bf16.h (__nv_bfloat16 math on sm_80+); the V100
+# (7.0) has FP16 tensor cores only (NVIDIA Tesla V100 GPU Architecture whitepaper, 2017).
+BF16_MIN_CAPABILITY = 8.0
+# FlashAttention-2 and -3 run on Ampere, Ada and Hopper (8.0+): Dao-AILab/flash-attention
+# README "Installation and features"; FlashAttention 1 needed Turing or Ampere (7.5+). Either
+# way not the V100's 7.0.
+FLASH_MIN_CAPABILITY = 8.0
+# The global batch does not feed the cluster when the best plan spends half its step or more
+# in the pipeline bubble (fewer micro-batches than stages: Narayanan et al. 2021 sec. 3.3, the
+# bubble (p - 1) / m stays small only with m >> p), or two thirds of it idle in the bubble and
+# exposed communication together (one micro-batch per rank hides nothing behind the backward).
+# Conventions, not fits: they flag the 2-10% MFU plans of tiny batches, not Llama 3 405B's
+# 2048 sequences on 16,384 GPUs (Meta's own run).
+BUBBLE_SHARE_WARNING = 0.5
+IDLE_SHARE_WARNING = 2 / 3
+
+
+def plan_warnings(cluster: ClusterSpec, job: JobSpec, plan: Any) -> list[str]:
+    """What a user should be told about a plan that runs, one line each (no "warning:" prefix):
+    a precision or attention kernel the GPU lacks, a global batch too small to keep the GPUs
+    busy, and (with --train-tokens) a step longer than the checkpoint interval it recommends."""
+    out: list[str] = []
+    gpu, e = cluster.gpu, plan.estimate
+    cc = gpu.compute_capability
+    if cc is not None and cc < BF16_MIN_CAPABILITY and job.precision == "bf16":
+        out.append(f"{gpu.name} has no bf16 (compute capability {cc:.1f}; bf16 needs "
+                   f"{BF16_MIN_CAPABILITY:.1f}): run --precision fp16 (the estimate uses the fp16 "
+                   "tensor peak)")
+    if cc is not None and cc < FLASH_MIN_CAPABILITY and job.attention != "unfused":
+        out.append(f"{gpu.name} runs no FlashAttention (compute capability {cc:.1f}; it needs "
+                   f"{FLASH_MIN_CAPABILITY:.1f}): run --attention unfused (s x s scores stored)")
+    step = e.step_time_s
+    idle = (e.time_pp_bubble_s + e.time_tp_comm_s + e.time_cp_comm_s + e.time_ep_comm_s
+            + e.time_pp_comm_s + e.time_dp_comm_exposed_s)
+    if step > 0 and (e.time_pp_bubble_s / step >= BUBBLE_SHARE_WARNING
+                     or idle / step >= IDLE_SHARE_WARNING):
+        n = plan.layout.tp * plan.layout.pp * plan.layout.dp * plan.layout.cp
+        out.append(f"global batch {e.global_batch} is too small to feed {n} GPUs: "
+                   f"{plan.layout} spends {e.time_pp_bubble_s / step:.0%} of its step in the "
+                   f"pipeline bubble and {(idle - e.time_pp_bubble_s) / step:.0%} in exposed "
+                   f"communication (MFU {e.mfu:.1%}); raise --global-batch or use fewer GPUs")
+    run = getattr(plan, "run", None)
+    if run is not None and step > run.checkpoint_interval_min * 60.0:
+        out.append(f"one step ({step:,.0f} s) is longer than the checkpoint interval it "
+                   f"recommends ({run.checkpoint_interval_min:.1f} min, Young): checkpoints "
+                   "land only between steps, so checkpoint every step and expect each failure "
+                   "to lose more than the run's figures say")
     return out
 
 

@@ -51,6 +51,16 @@ DROPOUT = False
 # readings, docs/accuracy.md "Memory band"). A peak within this band of the usable capacity
 # "may not fit" rather than being refused (planner.costmodel.memory_status).
 MEM_REL_ERROR = 0.069
+
+
+def near_capacity(peak_gib, capacity_gib):  # noqa: ANN001, ANN201
+    """True where the peak is within the memory band of the usable capacity or above it
+    (peak + MEM_REL_ERROR x peak > capacity): such a plan "may not fit" (or does not), and it
+    ranks after the plans with headroom within a tie (planner.search.ties)."""
+    peak = np.asarray(peak_gib, dtype=float)
+    return peak * (1 + MEM_REL_ERROR) > np.asarray(capacity_gib, dtype=float)
+
+
 # Bytes per element of a GEMM input Transformer Engine saves for the backward under FP8 (the
 # quantized copy, column-wise data only: TE module/linear.py; see layer_activation).
 FP8_SAVED_INPUT_BYTES = 1
@@ -416,3 +426,46 @@ def stage_other_bytes(model: ModelSpec, software: str, grad_dtype: str, stages, 
     backward_other = coll[col] + zero_units + during
     return np.maximum(backward_other, after - activations) + runtime_extra_bytes(
         software, tp[col], pp[col], end_stage)
+
+
+# ---- what the device shows (nvidia-smi) beside what PyTorch allocates -------------------------
+# peak_mem_gb predicts torch.cuda.max_memory_allocated(). nvidia-smi shows more: the caching
+# allocator's reserve (blocks freed by PyTorch but kept by the allocator, and fragmentation),
+# the CUDA context and NCCL's communicator buffers. device_memory_gib adds them.
+# CUDA context with lazy module loading (CUDA >= 11.7, the default since PyTorch 1.13, which
+# sets CUDA_MODULE_LOADING=LAZY): 287,047,680 B measured with one small tensor against
+# 666,632,192 B eager (pytorch #86509); "~300MB" (ptrblck, pytorch #107667). The GPU
+# profiles' reserve_gib counts the same 0.3 GiB.
+CUDA_CONTEXT_GIB = 0.3
+# Caching-allocator reserve, per GiB of predicted activations: torch.cuda.max_memory_reserved()
+# minus the predicted allocated peak, over the predicted activations, median of the 755 runs of
+# the nanotron sweep (calibration/sweeps/nanotron_sweep_dev.csv, notes "Mem Res (GB)" =
+# max_memory_reserved() / 2^30 logged at iteration 3 by nanotron src/nanotron/logging.py
+# log_memory @ 0e0a27ea; the reset there makes its "Mem Alloc" the optimizer phase only, so
+# the reserve is fitted against the predicted peak, not that column). The activations are the
+# blocks that come and go each micro-batch in many sizes; the model state is allocated once.
+# Leave one model out: 1.39 (fit without 1.34B), 1.31 (without 8.86B), 1.35 (without 469B).
+# Checked (not fitted) on the published nvidia-smi readings: benchmarks/memory.py,
+# docs/accuracy.md "Device memory".
+RESERVE_PER_ACTIVATION_GIB = 1.35
+
+
+def nccl_communicator_gib(tp, pp, dp, cp, ep):  # noqa: ANN001, ANN201
+    """GiB of NCCL communicator buffers on one GPU: one communicator per parallel group of more
+    than one rank (TP, PP, DP x CP, CP, EP), 544 MB for a pair and 688 MB for more ranks
+    (nccl #964, NCCL_COMM_BYTES)."""
+    tp, pp, dp, cp, ep = (np.asarray(x, dtype=float) for x in (tp, pp, dp, cp, ep))
+    groups = (_comm_bytes(tp) + _comm_bytes(pp) + _comm_bytes(dp * cp) + _comm_bytes(cp)
+              + _comm_bytes(ep))
+    return groups / 2**30
+
+
+def device_memory_gib(peak_gib, activations_gib, memory_gib, tp, pp, dp, cp, ep):  # noqa: ANN001, ANN201, E501
+    """What the device shows (nvidia-smi) at the step's peak, GiB: the allocated peak, the
+    caching allocator's reserve (RESERVE_PER_ACTIVATION_GIB x activations), the CUDA context and
+    the NCCL communicators, at most the GPU's HBM (the allocator releases cached blocks and
+    retries before it reports out of memory, so the reserve never makes a plan fail)."""
+    dev = (np.asarray(peak_gib, dtype=float)
+           + RESERVE_PER_ACTIVATION_GIB * np.asarray(activations_gib, dtype=float)
+           + CUDA_CONTEXT_GIB + nccl_communicator_gib(tp, pp, dp, cp, ep))
+    return np.minimum(dev, np.asarray(memory_gib, dtype=float))

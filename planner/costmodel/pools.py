@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.costmodel import comm, compute, pipeline
+from planner.costmodel import comm, compute, memory, pipeline
 from planner.costmodel.batch import (
     _gather_stages,
     _Knobs,
@@ -103,6 +103,8 @@ def estimate_pooled_batch(
     mem_total = per_stage(lambda t, mem: mem.total)
     cap = np.select([pool == j for j in range(len(pooled.pools))],
                     [p.gpu.usable_memory_gib for p in pooled.pools])
+    hbm = np.select([pool == j for j in range(len(pooled.pools))],
+                    [p.gpu.memory_gib for p in pooled.pools])
     at = _Picker(stage_mb.shape)
     m = x.m
     slow = np.argmax(np.where(real, stage_mb, -np.inf), axis=1)
@@ -187,6 +189,8 @@ def estimate_pooled_batch(
         "mem_other_gb": mem_part("other"),
         "step_time_low_s": step * (1 - rel),
         "step_time_high_s": step * (1 + rel),
+        "device_mem_gb": memory.device_memory_gib(
+            peak_mem, mem_part("activations"), at(hbm, peak_stage), x.tp, x.pp, x.dp, x.cp, x.ep),
         "peak_stage": at(st["index"], peak_stage).astype(np.int64),
         "slow_stage": at(st["index"], slow).astype(np.int64),
         "in_flight": at(flight, peak_stage),

@@ -114,6 +114,11 @@ class GpuProfile(BaseModel):
     peak_tf32_tflops: real(limits.MAX_TFLOPS) | None = Field(
         default=None, description="Dense TF32 peak, TFLOP/s."
     )
+    compute_capability: float | None = Field(
+        default=None, ge=1.0, le=20.0,
+        description="CUDA compute capability (7.0 V100, 8.0 A100, 9.0 H100); None: not stated. "
+        "bf16 tensor cores and FlashAttention need 8.0 or newer (planner.costmodel.checks)."
+    )
     memory_gib: real(limits.MAX_MEMORY_GIB) = Field(description="HBM capacity, GiB (2^30 B).")
     hbm_tb_per_s: real(limits.MAX_HBM_TB_PER_S) = Field(
         description="HBM bandwidth (spec), TB/s (1e12 B/s)."
