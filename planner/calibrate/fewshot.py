@@ -101,14 +101,11 @@ class FewShotPrior:
         fitted = [p for p in presets if p.fitted
                   and not set(p.provenance.fitted_on) & set(exclude_sources)]
         sd = dict(PRIOR_SD)
-        # every factor a stack took on a GPU: the transferable ones and those kept on one GPU
-        # class (gpu_factors: fitted where the GEMM curve is borrowed, V100 x0.65, GB300 x1.8),
-        # since a cluster being calibrated may have such a profile too
-        factors = [f for p in fitted for f in (p.factors, *p.gpu_factors.values())]
-        logs = [math.log(f.gemm_scale) for f in factors] + [0.0]  # + the stock stacks
+        logs = [math.log(p.factors.gemm_scale) for p in fitted] + [0.0]  # + the stock stacks
         sd["gemm_scale"] = max(MIN_GEMM_LOG_SD, float(np.std(logs, ddof=1)) if len(logs) > 1
                                else MIN_GEMM_LOG_SD)
-        over = [f.layer_overhead_us for f in factors if f.layer_overhead_us is not None]
+        over = [p.factors.layer_overhead_us for p in fitted
+                if p.factors.layer_overhead_us is not None]
         sd["layer_overhead_us"] = max(MIN_LAYER_OVERHEAD_SD_US,
                                       float(np.std(over, ddof=1)) if len(over) > 1 else 0.0)
         # the floor is what a stack's factors fitted on its own runs leave on those runs (the
