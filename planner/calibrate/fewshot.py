@@ -90,10 +90,15 @@ class FewShotPrior:
 
     @classmethod
     def from_presets(cls, presets: Sequence[Any] | None = None,
-                     exclude_sources: Sequence[str] = ()) -> FewShotPrior:
+                     exclude_sources: Sequence[str] = (),
+                     own_curve: bool = True) -> FewShotPrior:
         """Widths of the GEMM scale (log) and layer-pass overhead (us) from the spread of the
         presets' fitted values (presets fitted on `exclude_sources` left out), the noise floor
-        from their in-sample errors; PRIOR_SD for the rest."""
+        from their in-sample errors; PRIOR_SD for the rest. A profile without a GEMM curve of
+        its own (own_curve False: guessed, or borrowed from another chip) may need what the
+        stacks needed where their curve was borrowed, so the factors kept on one GPU class
+        (gpu_factors) count in the spread too; with its own measured curve only the factors
+        that travel do."""
         if presets is None:
             from planner.stacks import builtin_stacks
 
@@ -101,11 +106,12 @@ class FewShotPrior:
         fitted = [p for p in presets if p.fitted
                   and not set(p.provenance.fitted_on) & set(exclude_sources)]
         sd = dict(PRIOR_SD)
-        logs = [math.log(p.factors.gemm_scale) for p in fitted] + [0.0]  # + the stock stacks
+        factors = [f for p in fitted
+                   for f in (p.factors, *(() if own_curve else p.gpu_factors.values()))]
+        logs = [math.log(f.gemm_scale) for f in factors] + [0.0]  # + the stock stacks
         sd["gemm_scale"] = max(MIN_GEMM_LOG_SD, float(np.std(logs, ddof=1)) if len(logs) > 1
                                else MIN_GEMM_LOG_SD)
-        over = [p.factors.layer_overhead_us for p in fitted
-                if p.factors.layer_overhead_us is not None]
+        over = [f.layer_overhead_us for f in factors if f.layer_overhead_us is not None]
         sd["layer_overhead_us"] = max(MIN_LAYER_OVERHEAD_SD_US,
                                       float(np.std(over, ddof=1)) if len(over) > 1 else 0.0)
         # the floor is what a stack's factors fitted on its own runs leave on those runs (the
@@ -273,7 +279,12 @@ def few_shot_fit(profile: GpuProfile, runs: Sequence[MeasuredRun], *, stack: Any
     left out with a note."""
     from scipy.optimize import least_squares
 
-    prior = prior or FewShotPrior.from_presets()
+    if prior is None:
+        from planner.stacks import curve_is_borrowed
+
+        own = bool((profile.sources or {}).get("gemm_efficiency")) and not curve_is_borrowed(
+            profile)
+        prior = FewShotPrior.from_presets(own_curve=own)
     base = stack.profile_for(profile) if stack is not None else profile
     fit_runs, fit_layouts, measured, notes = timed_runs(base, runs, layouts)
     knobs = _candidate_knobs(base, prior)

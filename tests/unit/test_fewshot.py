@@ -91,13 +91,25 @@ def test_prior_widths_come_from_the_presets_spread():
 
     nemo = builtin_stacks()["nemo"]
     a = nemo.model_copy(update={"factors": StackFactors(gemm_scale=0.5, layer_overhead_us=0.0),
+                                "gpu_factors": {},
                                 "provenance": StackProvenance(runs=10, fitted_on=["x"])})
     b = nemo.model_copy(update={"factors": StackFactors(gemm_scale=2.0, layer_overhead_us=2000.0),
+                                "gpu_factors": {},
                                 "provenance": StackProvenance(runs=10, fitted_on=["y"])})
     prior = FewShotPrior.from_presets([a, b])
     logs = [np.log(0.5), np.log(2.0), 0.0]  # + the stock stacks' 1.0
     assert prior.sd["gemm_scale"] == pytest.approx(np.std(logs, ddof=1))
     assert prior.sd["layer_overhead_us"] == pytest.approx(np.std([0.0, 2000.0], ddof=1))
+    # a profile without its own GEMM curve: a factor kept on one GPU class (fitted where the
+    # curve was borrowed) is a value such a profile may need too
+    c = a.model_copy(update={"gpu_factors": {"GB300": StackFactors(gemm_scale=4.0,
+                                                                   layer_overhead_us=500.0)}})
+    assert FewShotPrior.from_presets([c, b]).sd["gemm_scale"] == pytest.approx(
+        np.std(logs, ddof=1))
+    wide = FewShotPrior.from_presets([c, b], own_curve=False)
+    assert wide.sd["gemm_scale"] == pytest.approx(
+        np.std([np.log(0.5), np.log(4.0), np.log(2.0), 0.0], ddof=1))
+    assert wide.sd["layer_overhead_us"] == pytest.approx(np.std([0.0, 500.0, 2000.0], ddof=1))
     # a preset fitted on the source being predicted is left out
     assert FewShotPrior.from_presets([a, b], exclude_sources=["y"]).sd["gemm_scale"] == \
         pytest.approx(np.std([np.log(0.5), 0.0], ddof=1))
