@@ -71,6 +71,56 @@ def test_same_gpu_pools_match_the_homogeneous_model():
     assert (pooled["stage_pool"][0, :4] == [0, 0, 1, 1]).all()
 
 
+def test_one_pool_is_the_homogeneous_cluster_bit_for_bit():
+    """One assembly (costmodel.batch._assemble) serves both: a cluster of one pool gives the
+    homogeneous path's columns exactly (np.array_equal, not approx) over a whole space: every
+    layout of llama3-8b on 16 H100 with pp <= 4 and vpp 1, its layers per stage written out."""
+    from planner.layout import KNOBS
+    from planner.search import enumerate_layouts, with_stage_layers
+
+    model, cluster = load_model("llama3-8b"), parse_cluster("16xH100")
+    job = JobSpec(seq_len=4096, global_batch=64)
+    knobs = enumerate_layouts(model, cluster, job, {"vpp": 1})
+    layouts = [with_stage_layers(Layout(**{
+        k: (RECOMPUTE_LEVELS[int(knobs[k][i])] if k == "recompute" else bool(knobs[k][i])
+            if k == "sp" else int(knobs[k][i])) for k in KNOBS}), model.num_hidden_layers)
+        for i in np.flatnonzero(knobs["pp"] <= 4)]
+    assert len(layouts) > 500
+    hom = estimate_batch(model, cluster, job, layouts)
+    one = PooledCluster.model_construct(pools=(cluster,))  # the grammar asks for two or more
+    pooled = estimate_pooled_batch(model, one, job, layouts, (0,))
+    shared = sorted(set(hom) & set(pooled))
+    assert {"step_time_s", "step_time_low_s", "mfu", "peak_mem_gb", "fits",
+            "time_dp_comm_exposed_s", "p2p_send_s"} <= set(shared)
+    for name in shared:
+        assert np.array_equal(hom[name], pooled[name]), name
+
+
+def test_a_pooled_plan_has_the_band_of_its_slowest_stage():
+    """The step-time band of a plan on pools is its slowest stage's profile's: the stock error
+    (6.9%) with stock profiles (it was 0 on pools, so pooled plans never tied), and a pool's
+    calibrated error when its stage is the slowest."""
+    from planner.specs.hardware import STOCK_STEP_TIME_REL_ERROR
+
+    model = load_model("llama3-8b")
+    pooled = parse_cluster_or_pools("32xH100+32xA100")
+    job = JobSpec(seq_len=4096, global_batch=512)
+    lo = Layout(tp=8, pp=2, dp=4, zero=1, recompute="selective", sp=True, stage_layers=(16, 16))
+    cols = estimate_pooled_batch(model, pooled, job, [lo], (0, 1))
+    step = cols["step_time_s"][0]
+    assert cols["step_time_high_s"][0] == pytest.approx(step * (1 + STOCK_STEP_TIME_REL_ERROR))
+    assert cols["step_time_low_s"][0] == pytest.approx(step * (1 - STOCK_STEP_TIME_REL_ERROR))
+    slow_pool = int(cols["stage_pool"][0, int(np.nanargmax(cols["stage_time_s"][0]))])
+    assert pooled.pools[slow_pool].gpu.name == "A100-SXM4-80GB"  # the A100 stage is slower
+    for calibrated, rel in ((slow_pool, 0.2), (1 - slow_pool, 0.01)):
+        pools = list(pooled.pools)
+        gpu = pools[calibrated].gpu.model_copy(update={"step_time_rel_error": rel})
+        pools[calibrated] = pools[calibrated].model_copy(update={"gpu": gpu})
+        c = estimate_pooled_batch(model, PooledCluster(pools=tuple(pools)), job, [lo], (0, 1))
+        want = rel if calibrated == slow_pool else STOCK_STEP_TIME_REL_ERROR
+        assert c["step_time_high_s"][0] / c["step_time_s"][0] - 1 == pytest.approx(want)
+
+
 def _pooled_toy(layers: int, mem_a: float, mem_b: float) -> tuple:
     fast = make_gpu(memory_gib=mem_a, gpus_per_node=4, name="FAST").model_copy(
         update={"peak_bf16_tflops": 900.0, "hbm_tb_per_s": 3.3})
