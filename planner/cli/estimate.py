@@ -103,9 +103,8 @@ def estimate_cmd(
     ref_batch: RefBatchOpt = None,
 ) -> None:
     """Predict one layout (help text: ESTIMATE_HELP)."""
-    from planner.costmodel import estimate
+    from planner.costmodel import estimate_placed
     from planner.plan import Plan
-    from planner.search import with_stage_layers
     from planner.stacks import resolve_stack
 
     preset = resolve_stack(stack)
@@ -125,13 +124,6 @@ def estimate_cmd(
     if tp is None or pp is None:
         raise LayoutError("estimate needs --tp and --pp (use `planner solve` to search them)")
     run_in = economics_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
-    from planner.specs import PooledCluster
-
-    if run_in is not None and isinstance(cluster_spec, PooledCluster):
-        from planner.errors import SpecError
-
-        raise SpecError("--train-tokens and the run costs are not modelled on a cluster of "
-                        "pools yet")
     check_lr_options(ref_lr, ref_batch)
     fixed = preset.layout_defaults  # what the stack cannot change, where the user did not say
     layout = default_layout(cluster_spec.num_gpus, str(cluster_spec), tp=tp, pp=pp, dp=dp, cp=cp,
@@ -139,13 +131,7 @@ def estimate_cmd(
                             zero=zero if zero is not None else fixed.get("zero"),
                             recompute=recompute, sp=sp if sp is not None else fixed.get("sp"))
     layout = dataclasses.replace(layout, stage_layers=counts)
-    if isinstance(cluster_spec, PooledCluster):
-        from planner.costmodel.pools import estimate_pooled
-
-        plan = Plan(*estimate_pooled(model_spec, cluster_spec, job, layout))
-    else:
-        est = estimate(model_spec, cluster_spec, job, layout)
-        plan = Plan(layout=with_stage_layers(layout, model_spec.num_hidden_layers), estimate=est)
+    plan = Plan(*estimate_placed(model_spec, cluster_spec, job, layout))
     plan = with_economics([plan], model_spec, cluster_spec, run_in)[0]
     from planner import report
     from planner.costmodel.checks import layout_warnings

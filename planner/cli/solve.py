@@ -165,26 +165,9 @@ def solve_cmd(
         pools=True)
     comparison = None
     run_in = economics_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
-    from planner.specs import PooledCluster
-
-    if isinstance(cluster_spec, PooledCluster) and (run_in is not None or export is not None):
-        from planner.errors import SpecError
-
-        raise SpecError("--train-tokens, the run costs and --export are not available on a "
-                        "cluster of pools yet")
     check_lr_options(ref_lr, ref_batch)
     loop = None
-    if isinstance(cluster_spec, PooledCluster):
-        from planner.search.pools import search_pooled
-
-        if calibrate is not None:
-            from planner.errors import SpecError
-
-            raise SpecError("--calibrate measures one GPU kind; not on a cluster of pools")
-        plans = search_pooled(model_spec, cluster_spec, job, pins, top_k=top,
-                              stage_layers=parse_stage_layers(stage_layers),
-                              even_stages=even_stages)
-    elif calibrate is not None:
+    if calibrate is not None:
         from contextlib import nullcontext
 
         from planner.interrupts import raise_on_signals
