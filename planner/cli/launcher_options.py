@@ -67,9 +67,10 @@ def inputs(ctx: typer.Context, config: Path | None, model: str | None, cluster: 
     if config is None:
         if model is None or cluster is None:
             raise SpecError("give --model and --cluster (or --config with a launcher config)")
+        given_recipe = {k: recipe[k] for k in RECIPE_OPTIONS if recipe.get(k) is not None}
         model_spec, cluster_spec, job = load_inputs(
-            model, cluster, profile, seq_len, global_batch, *(recipe[k] for k in RECIPE_OPTIONS),
-            stack=stack, pools=pools)
+            model, cluster, profile, seq_len, global_batch, **given_recipe, stack=stack,
+            pools=pools)
         return model_spec, cluster_spec, job, pins, None
     from planner.launchers import read_config, resolve
     from planner.registry import load_gpu

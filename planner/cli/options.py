@@ -254,7 +254,7 @@ def parse_stage_layers(text: str | None) -> tuple[int, ...]:
 
 
 def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | None,
-                global_batch: int | None, precision: PrecisionChoice,
+                global_batch: int | None, *, precision: PrecisionChoice = PrecisionChoice.bf16,
                 attention: AttentionChoice | None = None,
                 grad_dtype: GradDtypeChoice | None = None,
                 tp_comm_overlap: bool | None = None, p2p_overlap: bool | None = None,

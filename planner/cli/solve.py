@@ -21,13 +21,13 @@ from typing import Annotated
 import typer
 
 from planner import limits
+from planner.cli.inputs import resolve_inputs
 from planner.cli.launcher_options import (
     ConfigOpt,
     ExportOpt,
     MaybeClusterOpt,
     MaybeModelOpt,
     OutOpt,
-    inputs,
     write_export,
 )
 from planner.cli.options import (
@@ -62,13 +62,8 @@ from planner.cli.options import (
     TrainTokensOpt,
     VppOpt,
     ZeroOpt,
-    check_lr_options,
-    economics_inputs,
-    layout_pins,
     output_file,
     output_option,
-    parse_stage_layers,
-    stack_pins,
     with_economics,
 )
 from planner.cli.typer_app import app
@@ -147,57 +142,35 @@ def solve_cmd(
     """Search the layouts (CP-SAT) and print the best that fit: the tie with the fastest (by
     robustness), then the rest by predicted step time."""
     from planner.search import search
-    from planner.stacks import resolve_stack
 
-    preset = resolve_stack(stack)
-    pins = stack_pins(preset, layout_pins(
-        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp
-    ))
     if out is not None and export is None:
         from planner.errors import SpecError
 
         raise SpecError("--out goes with --export LAUNCHER")
-    recipe = dict(precision=precision, attention=attention, grad_dtype=grad_dtype,
-                  tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap)
-    # with --config, the config's layout is the one to compare; only typed flags are pinned
-    model_spec, cluster_spec, job, current_pins, resolved = inputs(
-        ctx, config, model, cluster, profile, seq_len, global_batch, recipe, pins, stack,
-        pools=True)
-    comparison = None
-    run_in = economics_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
-    check_lr_options(ref_lr, ref_batch)
-    loop = None
+    # with --config, the config's layout (inputs.pins) is the one compared; typed flags pinned
+    inputs = resolve_inputs(ctx, pools=True)
+    model_spec, cluster_spec, job = inputs.model, inputs.cluster, inputs.job
+    pins = inputs.typed_pins
+    comparison = loop = None
     if calibrate is not None:
-        from contextlib import nullcontext
-
-        from planner.interrupts import raise_on_signals
-        from planner.progress import hidden
-        from planner.validate.loop import closed_loop
-
-        # SIGTERM/SIGINT/SIGHUP: the run in flight ends with its record, exit 128 + signal
-        with raise_on_signals(), (hidden() if as_json else nullcontext()):
-            loop = closed_loop(model_spec, cluster_spec, job, pins, calibrate, runs, top_k=top,
-                               profile_out=profile_out, stack=preset,
-                               tp_across_nodes=tp_across_nodes)
+        loop = _closed_loop(inputs, calibrate, runs, top, profile_out, as_json, tp_across_nodes)
         plans = loop.plans_after
         tied_total = sum(p.tied_with_best for p in plans)
-    elif resolved is not None:
+    elif inputs.config is not None:
         from planner.cli.solve_config import compare_config
 
-        plans, comparison = compare_config(model_spec, cluster_spec, job, pins, current_pins,
-                                           top)
+        plans, comparison = compare_config(model_spec, cluster_spec, job, pins, inputs.pins, top)
         tied_total = sum(p.tied_with_best for p in plans)
     else:
         result = search(model_spec, cluster_spec, job, pins, top_k=top,
-                        stage_layers=parse_stage_layers(stage_layers), even_stages=even_stages,
+                        stage_layers=inputs.stage_layers, even_stages=even_stages,
                         tp_across_nodes=tp_across_nodes)
         plans, tied_total = result.plans(), result.tied_total
-    plans = with_economics(plans, model_spec, cluster_spec, run_in)
+    plans = with_economics(plans, model_spec, cluster_spec, inputs.economics)
     from planner import report
 
     if export is not None:
         write_export(export, model_spec, cluster_spec, job, plans[0], out)
-
     if csv is not None:
         report.write_plans_csv(plans, csv)
     if as_json:
@@ -211,6 +184,18 @@ def solve_cmd(
     from rich.console import Console
 
     console = Console(stderr=export is not None and out is None)
+    _print(console, inputs, plans, tied_total, loop, comparison)
+    if csv is not None:
+        console.print(f"wrote {csv}")
+
+
+def _print(console, inputs, plans, tied_total, loop, comparison) -> None:
+    """The table, the winner's run, warnings, the tie, the config comparison, the loop's fit."""
+    from planner import report
+
+    model_spec, cluster_spec, job = inputs.model, inputs.cluster, inputs.job
+    pins = inputs.typed_pins
+    preset, stack = inputs.stack, inputs.stack_given
     pinned = " ".join(f"{k}={v}" for k, v in pins.items())
     title = (
         f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), seq {job.seq_len}, "
@@ -220,7 +205,8 @@ def solve_cmd(
     )
     report.print_plans_table(plans, console, title=title)
     if plans:
-        report.print_run_notes(plans[0], run_in, ref_lr, ref_batch, console)
+        report.print_run_notes(plans[0], inputs.economics, inputs.ref_lr, inputs.ref_batch,
+                                console)
     from planner.costmodel.checks import layout_warnings
 
     crossing = [p.rank for p in plans if layout_warnings(cluster_spec, p.layout)]
@@ -260,5 +246,19 @@ def solve_cmd(
             f"winner changed: {before} -> {after}" if loop.winner_changed
             else f"winner unchanged: {after}"
         )
-    if csv is not None:
-        console.print(f"wrote {csv}")
+
+
+def _closed_loop(inputs, n, runs, top, profile_out, as_json, tp_across_nodes):
+    """solve --calibrate N: the closed loop (planner.validate.loop) on these inputs; SIGTERM,
+    SIGINT or SIGHUP end the run in flight with its record (exit 128 + signal)."""
+    from contextlib import nullcontext
+
+    from planner.interrupts import raise_on_signals
+    from planner.progress import hidden
+    from planner.validate.loop import closed_loop
+
+    with raise_on_signals(), (hidden() if as_json else nullcontext()):
+        return closed_loop(inputs.model, inputs.cluster, inputs.job, inputs.typed_pins, n, runs,
+                           top_k=top, profile_out=profile_out, stack=inputs.stack,
+                           tp_across_nodes=tp_across_nodes)
+
