@@ -16,7 +16,8 @@ import dataclasses
 
 import typer
 
-from planner.cli.launcher_options import ConfigOpt, MaybeClusterOpt, MaybeModelOpt, inputs
+from planner.cli.inputs import resolve_inputs
+from planner.cli.launcher_options import ConfigOpt, MaybeClusterOpt, MaybeModelOpt
 from planner.cli.options import (
     AttentionOpt,
     CpOpt,
@@ -48,10 +49,6 @@ from planner.cli.options import (
     TrainTokensOpt,
     VppOpt,
     ZeroOpt,
-    check_lr_options,
-    economics_inputs,
-    layout_pins,
-    parse_stage_layers,
     with_economics,
 )
 from planner.cli.typer_app import app
@@ -105,31 +102,20 @@ def estimate_cmd(
     """Predict one layout (help text: ESTIMATE_HELP)."""
     from planner.costmodel import estimate_placed
     from planner.plan import Plan
-    from planner.stacks import resolve_stack
 
-    preset = resolve_stack(stack)
-    recipe = dict(precision=precision, attention=attention, grad_dtype=grad_dtype,
-                  tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap)
-    flags = layout_pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero,
-                        recompute=recompute, sp=sp)
-    # with --config, its layout; the flags typed override it
-    model_spec, cluster_spec, job, pins, _ = inputs(ctx, config, model, cluster, profile,
-                                                    seq_len, global_batch, recipe, flags, stack,
-                                                    pools=True)
-    tp, pp, dp, cp, ep, vpp, mbs, zero, recompute, sp = (pins.get(k) for k in (
-        "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp"))
-    counts = parse_stage_layers(stage_layers)
-    if counts and pp is None:
-        pp = len(counts)
-    if tp is None or pp is None:
+    # with --config, its layout; the flags typed override it; the stack's layout knobs are
+    # defaults here (below), not pins
+    inputs = resolve_inputs(ctx, pools=True, pin_stack=False)
+    model_spec, cluster_spec, job, pins = inputs.model, inputs.cluster, inputs.job, inputs.pins
+    run_in, counts = inputs.economics, inputs.stage_layers
+    pp = pins.get("pp", len(counts) or None)
+    if "tp" not in pins or pp is None:
         raise LayoutError("estimate needs --tp and --pp (use `planner solve` to search them)")
-    run_in = economics_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
-    check_lr_options(ref_lr, ref_batch)
-    fixed = preset.layout_defaults  # what the stack cannot change, where the user did not say
-    layout = default_layout(cluster_spec.num_gpus, str(cluster_spec), tp=tp, pp=pp, dp=dp, cp=cp,
-                            ep=ep, vpp=vpp if vpp is not None else fixed.get("vpp"), mbs=mbs,
-                            zero=zero if zero is not None else fixed.get("zero"),
-                            recompute=recompute, sp=sp if sp is not None else fixed.get("sp"))
+    # what the stack cannot change, where the user did not say
+    fixed = {k: v for k, v in inputs.stack.layout_defaults.items() if k in ("vpp", "zero", "sp")}
+    knobs = {**fixed, **{k: v for k, v in pins.items() if k not in ("tp", "pp")}}
+    layout = default_layout(cluster_spec.num_gpus, str(cluster_spec), tp=pins["tp"], pp=pp,
+                            **knobs)
     layout = dataclasses.replace(layout, stage_layers=counts)
     plan = Plan(*estimate_placed(model_spec, cluster_spec, job, layout))
     plan = with_economics([plan], model_spec, cluster_spec, run_in)[0]
@@ -155,9 +141,10 @@ def estimate_cmd(
     console = Console()
     console.print(
         f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), "
-        f"{report.job_label(cluster_spec.gpu, job)}" + (f", stack {preset.name}" if stack else "")
+        f"{report.job_label(cluster_spec.gpu, job)}"
+        + (f", stack {inputs.stack.name}" if inputs.stack_given else "")
     )
     report.print_estimate(plan, console)
-    report.print_run_notes(plan, run_in, ref_lr, ref_batch, console)
+    report.print_run_notes(plan, run_in, inputs.ref_lr, inputs.ref_batch, console)
     if csv is not None:
         console.print(f"wrote {csv}")

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from planner import limits
+from planner.cli.inputs import resolve_inputs
 from planner.cli.options import (
     AttentionOpt,
     ClusterOpt,
@@ -50,12 +51,7 @@ from planner.cli.options import (
     TrainTokensOpt,
     VppOpt,
     ZeroOpt,
-    check_lr_options,
-    economics_inputs,
-    layout_pins,
-    load_inputs,
     output_file,
-    stack_pins,
     with_economics,
 )
 from planner.cli.typer_app import app
@@ -122,23 +118,9 @@ def write_figures(model_spec: Any, cluster_spec: Any, job: Any, plan: Any, ranke
     return out
 
 
-def _inputs(model: str, cluster: str, profile: Any, seq_len: int | None,
-            global_batch: int | None, stack: str | None, recipe: tuple, knobs: dict[str, Any],
-            run: tuple, lr: tuple) -> tuple:
-    """(model, cluster, job, pins, run inputs) of explain and report, as solve resolves them:
-    the stack's recipe (typed recipe flags win), its efficiency factors and layout pins."""
-    from planner.stacks import resolve_stack
-
-    model_spec, cluster_spec, job = load_inputs(model, cluster, profile, seq_len, global_batch,
-                                                *recipe, stack=stack)
-    run_in = economics_inputs(*run)
-    check_lr_options(*lr)
-    pins = stack_pins(resolve_stack(stack), layout_pins(**knobs))
-    return model_spec, cluster_spec, job, pins, run_in
-
-
 @app.command("explain")
 def explain_cmd(
+    ctx: typer.Context,
     model: ModelOpt,
     cluster: ClusterOpt,
     rank: RankOpt = None,
@@ -175,13 +157,9 @@ def explain_cmd(
     (re-estimated), and why its neighbours in the ranking lose."""
     from planner.explanation import explain
     from planner.report import run_note_lines
-    model_spec, cluster_spec, job, pins, run_in = _inputs(
-        model, cluster, profile, seq_len, global_batch, stack,
-        recipe=(precision, attention, grad_dtype, tp_comm_overlap, p2p_overlap),
-        knobs=dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero,
-                   recompute=recompute, sp=sp),
-        run=(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s),
-        lr=(ref_lr, ref_batch))
+    inputs = resolve_inputs(ctx)
+    model_spec, cluster_spec, job, pins = inputs.model, inputs.cluster, inputs.job, inputs.pins
+    run_in = inputs.economics
     plan, ranked = resolve_plan(model_spec, cluster_spec, job, pins, rank, 10)
     plan = with_economics([plan], model_spec, cluster_spec, run_in)[0]
     exp = explain(model_spec, cluster_spec, job, plan, ranked)
@@ -215,6 +193,7 @@ def explain_cmd(
 
 @app.command("report")
 def report_cmd(
+    ctx: typer.Context,
     html: HtmlOpt,
     model: ModelOpt,
     cluster: ClusterOpt,
@@ -257,13 +236,9 @@ def report_cmd(
 
     if html.suffix.lower() not in (".html", ".htm"):
         raise SpecError(f"--html {html}: use a .html file name")
-    model_spec, cluster_spec, job, pins, run_in = _inputs(
-        model, cluster, profile, seq_len, global_batch, stack,
-        recipe=(precision, attention, grad_dtype, tp_comm_overlap, p2p_overlap),
-        knobs=dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero,
-                   recompute=recompute, sp=sp),
-        run=(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s),
-        lr=(ref_lr, ref_batch))
+    inputs = resolve_inputs(ctx)
+    model_spec, cluster_spec, job, pins = inputs.model, inputs.cluster, inputs.job, inputs.pins
+    run_in = inputs.economics
     ranked = solve(model_spec, cluster_spec, job, pins, top_k=max(top, PARETO_PLANS))
     ranked = with_economics(ranked, model_spec, cluster_spec, run_in)
     winner = ranked[0]

@@ -17,6 +17,7 @@ import sys
 
 import typer
 
+from planner.cli.inputs import resolve_inputs
 from planner.cli.launcher_options import (
     ConfigOpt,
     MaybeClusterOpt,
@@ -24,7 +25,6 @@ from planner.cli.launcher_options import (
     OutOpt,
     RankOpt,
     ToOpt,
-    inputs,
     write_export,
 )
 from planner.cli.options import (
@@ -48,8 +48,6 @@ from planner.cli.options import (
     TpOverlapOpt,
     VppOpt,
     ZeroOpt,
-    layout_pins,
-    stack_pins,
 )
 from planner.cli.typer_app import app
 
@@ -89,14 +87,9 @@ def export_cmd(
     from planner.layout import KNOBS, Layout
     from planner.plan import Plan
     from planner.search import solve
-    from planner.stacks import resolve_stack
 
-    pins = stack_pins(resolve_stack(stack), layout_pins(
-        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp))
-    recipe = dict(precision=precision, attention=attention, grad_dtype=grad_dtype,
-                  tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap)
-    model_spec, cluster_spec, job, pins, _ = inputs(ctx, config, model, cluster, profile,
-                                                    seq_len, global_batch, recipe, pins, stack)
+    inputs = resolve_inputs(ctx, pools=True)  # a pooled plan: export_plan says why not, one line
+    model_spec, cluster_spec, job, pins = inputs.model, inputs.cluster, inputs.job, inputs.pins
     if all(k in pins for k in KNOBS):
         layout = Layout(**{k: pins[k] for k in KNOBS})
         plan = Plan(layout, estimate(model_spec, cluster_spec, job, layout))
