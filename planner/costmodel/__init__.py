@@ -162,7 +162,8 @@ def estimate_placed(model: ModelSpec, cluster: ClusterSpec | PooledCluster, job:
     if isinstance(cluster, PooledCluster):
         from planner.costmodel.pools import estimate_pooled
 
-        return estimate_pooled(model, cluster, job, layout)
+        placed, cols = estimate_pooled(model, cluster, job, layout)
+        return placed, Estimate.from_batch(cols, 0)
     est = estimate(model, cluster, job, layout)
     counts = pipeline.stage_counts(model.num_hidden_layers, layout.pp, layout.vpp,
                                    layout.stage_layers)

@@ -93,12 +93,12 @@ def estimate_pooled_batch(
 
 
 def estimate_pooled(model: ModelSpec, pooled: PooledCluster, job: JobSpec, layout: Layout,
-                    order: Sequence[int] | None = None) -> tuple[Layout, Any]:
+                    order: Sequence[int] | None = None) -> tuple[Layout, dict[str, np.ndarray]]:
     """One layout on the pools (in the cluster's order unless `order`): (the layout naming each
-    stage's layers and GPU, its Estimate); LayoutError when it cannot be placed."""
+    stage's layers and GPU, its plan columns: costmodel.Estimate.from_batch(columns, 0));
+    LayoutError when it cannot be placed."""
     from dataclasses import replace
 
-    from planner.costmodel import Estimate
     from planner.costmodel.checks import layout_violations
     from planner.errors import LayoutError
 
@@ -128,4 +128,4 @@ def estimate_pooled(model: ModelSpec, pooled: PooledCluster, job: JobSpec, layou
     if problems:
         raise LayoutError(f"layout {placed} is invalid: " + "; ".join(problems))
     cols = estimate_pooled_batch(model, pooled, job, [placed], order)
-    return placed, Estimate.from_batch(cols, 0)
+    return placed, cols

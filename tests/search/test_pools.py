@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from planner.costmodel import estimate_batch
+from planner.costmodel import Estimate, estimate_batch
 from planner.costmodel.pools import estimate_pooled, estimate_pooled_batch
 from planner.errors import SpecError
 from planner.layout import RECOMPUTE_LEVELS, Layout
@@ -179,10 +179,10 @@ def test_split_beats_even_on_unequal_pools():
     job = make_job(seq_len=1024, global_batch=16)
     best = search_pooled(model, pooled, job, {"tp": 2, "dp": 2}, 1)[0]  # 3 stages
     order = (0, 1) if best.layout.stage_gpu[0] == "FAST" else (1, 0)
-    _, again = estimate_pooled(model, pooled, job, best.layout, order=order)
+    again = Estimate.from_batch(estimate_pooled(model, pooled, job, best.layout, order=order)[1], 0)
     assert again.step_time_s == pytest.approx(best.estimate.step_time_s, rel=1e-12)
-    _, even = estimate_pooled(model, pooled, job, replace(best.layout, stage_layers=(4, 4, 4)),
-                           order=order)
+    even = Estimate.from_batch(estimate_pooled(
+        model, pooled, job, replace(best.layout, stage_layers=(4, 4, 4)), order=order)[1], 0)
     assert best.estimate.step_time_s < even.step_time_s
     assert max(best.estimate.stage_time_s) < max(even.stage_time_s)
 
