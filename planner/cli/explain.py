@@ -157,7 +157,7 @@ def explain_cmd(
     (re-estimated), and why its neighbours in the ranking lose."""
     from planner.explanation import explain
     from planner.report import run_note_lines
-    inputs = resolve_inputs(ctx)
+    inputs = resolve_inputs(ctx)  # one GPU kind: parse_cluster says so in one line for pools
     model_spec, cluster_spec, job, pins = inputs.model, inputs.cluster, inputs.job, inputs.pins
     run_in = inputs.economics
     plan, ranked = resolve_plan(model_spec, cluster_spec, job, pins, rank, 10)
@@ -236,7 +236,7 @@ def report_cmd(
 
     if html.suffix.lower() not in (".html", ".htm"):
         raise SpecError(f"--html {html}: use a .html file name")
-    inputs = resolve_inputs(ctx)
+    inputs = resolve_inputs(ctx)  # one GPU kind: parse_cluster says so in one line for pools
     model_spec, cluster_spec, job, pins = inputs.model, inputs.cluster, inputs.job, inputs.pins
     run_in = inputs.economics
     ranked = solve(model_spec, cluster_spec, job, pins, top_k=max(top, PARETO_PLANS))

@@ -60,7 +60,7 @@ def inputs(ctx: typer.Context, config: Path | None, model: str | None, cluster: 
     the flags that were typed overriding it. `stack` (--stack; with --config default the config's
     framework) sets the recipe the config and the typed flags do not, and its efficiency factors
     on the GPU profile (planner.stacks). pools: the command takes a cluster of pools
-    (64xH100+128xA100; solve and estimate, from the flags)."""
+    (64xH100+128xA100; solve, estimate and export, from the flags)."""
     from planner.errors import SpecError
 
     unwrap = {k: (v.value if isinstance(v, Enum) else v) for k, v in recipe.items()}

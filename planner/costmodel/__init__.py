@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.costmodel.batch import estimate_batch
+from planner.costmodel import batch
 from planner.costmodel.checks import layout_violations
 from planner.errors import LayoutError
 from planner.layout import Layout
@@ -139,6 +139,19 @@ def overflow_reasons(est: Estimate) -> list[str]:
     elif est.mem_activations_gb > over:
         lines.append("activations dominate: try recompute, a smaller mbs, sp, or more tp/cp")
     return lines
+
+
+def estimate_batch(model: ModelSpec, cluster: ClusterSpec | PooledCluster, job: JobSpec,
+                   layouts: Sequence[Layout] | Mapping[str, Any], all_stages: bool = False
+                   ) -> dict[str, np.ndarray]:
+    """Plan columns of many layouts (costmodel.batch.estimate_batch). On a cluster of pools the
+    stages sit on the pools in the order the layouts' stage_gpu names them (the cluster's order
+    without it; costmodel.pools), every stage in order (all_stages has no other effect)."""
+    if isinstance(cluster, PooledCluster):
+        from planner.costmodel.pools import estimate_pooled_batch, pool_order
+
+        return estimate_pooled_batch(model, cluster, job, layouts, pool_order(cluster, layouts))
+    return batch.estimate_batch(model, cluster, job, layouts, all_stages)
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout) -> Estimate:

@@ -69,6 +69,17 @@ def one_gpu(pooled: PooledCluster) -> bool:
     return all(p.gpu.model_dump(exclude=labels) == first for p in pooled.pools[1:])
 
 
+def pool_order(pooled: PooledCluster, layouts: Sequence[Layout] | Mapping[str, Any]
+               ) -> tuple[int, ...]:
+    """The order of the pools along the pipeline that the layouts' stage_gpu names (each pool's
+    GPU first appears where its stages begin); the cluster's order when they name none."""
+    first = next(iter(layouts), None) if not isinstance(layouts, Mapping) else None
+    names = list(getattr(first, "stage_gpu", ()) or ())
+    index = {p.gpu.name: j for j, p in enumerate(pooled.pools)}
+    order = [index[n] for i, n in enumerate(names) if n in index and n not in names[:i]]
+    return tuple(order) if len(order) == len(pooled.pools) else tuple(range(len(pooled.pools)))
+
+
 def estimate_pooled_batch(
     model: ModelSpec,
     pooled: PooledCluster,

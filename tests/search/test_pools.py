@@ -36,7 +36,7 @@ def test_grammar_and_yaml(tmp_path):
     assert [p.gpu.name for p in yc.pools] == ["H100-SXM", "A100-SXM4-40GB"]
     assert yc.pools[1].gpus_per_node == 8 and yc.num_gpus == 96
     assert isinstance(parse_cluster_or_pools("128xA100"), ClusterSpec)
-    with pytest.raises(SpecError, match="solve and estimate only"):  # other commands: one GPU
+    with pytest.raises(SpecError, match="solve, estimate and export only"):  # the others: one GPU
         parse_cluster("64xH100+128xA100")
     for bad, why in (("64xH100+", "empty pool"), ("64xH100+64xH100", "two pools"),
                      ("64xH100+8xNOPE", "unknown GPU")):
@@ -119,6 +119,22 @@ def test_a_pooled_plan_has_the_band_of_its_slowest_stage():
         c = estimate_pooled_batch(model, PooledCluster(pools=tuple(pools)), job, [lo], (0, 1))
         want = rel if calibrated == slow_pool else STOCK_STEP_TIME_REL_ERROR
         assert c["step_time_high_s"][0] / c["step_time_s"][0] - 1 == pytest.approx(want)
+
+
+def test_estimate_batch_takes_pools_in_the_order_the_plan_names():
+    """costmodel.estimate_batch is one entry for every cluster: on pools it places the stages
+    in the order the layout's stage_gpu names the pools (the A100 pool first here)."""
+    model = load_model("llama3-8b")
+    pooled = parse_cluster_or_pools("32xH100+32xA100")
+    job = JobSpec(seq_len=4096, global_batch=512)
+    lo = Layout(tp=8, pp=2, dp=4, zero=1, sp=True, stage_layers=(10, 22),
+                stage_gpu=("A100-SXM4-80GB", "H100-SXM"))
+    got = estimate_batch(model, pooled, job, [lo])
+    want = estimate_pooled_batch(model, pooled, job, [lo], (1, 0))
+    assert got["step_time_s"][0] == want["step_time_s"][0]
+    assert got["stage_pool"][0, :2].tolist() == [1, 0]
+    other = estimate_pooled_batch(model, pooled, job, [lo], (0, 1))
+    assert other["step_time_s"][0] != want["step_time_s"][0]
 
 
 def _pooled_toy(layers: int, mem_a: float, mem_b: float) -> tuple:
