@@ -76,7 +76,7 @@ PARETO_PLANS = 60
 def resolve_plan(model_spec: Any, cluster_spec: Any, job: Any, pins: dict[str, Any],
                  rank: int | None, top: int) -> tuple[Any, list[Any]]:
     """(the plan to explain, the ranking it is compared with)."""
-    from planner.costmodel import estimate
+    from planner.costmodel import estimate_placed
     from planner.errors import InfeasibleError
     from planner.plan import Plan
     from planner.search import solve
@@ -90,8 +90,9 @@ def resolve_plan(model_spec: Any, cluster_spec: Any, job: Any, pins: dict[str, A
         raise LayoutError("explain needs --rank N, or --tp and --pp (and any other pins)")
     from planner.layout import default_layout
 
-    layout = default_layout(cluster_spec.num_gpus, str(cluster_spec), **pins)
-    plan = Plan(layout=layout, estimate=estimate(model_spec, cluster_spec, job, layout))
+    layout, est = estimate_placed(model_spec, cluster_spec, job,
+                                  default_layout(cluster_spec.num_gpus, str(cluster_spec), **pins))
+    plan = Plan(layout=layout, estimate=est)
     try:
         ranked = solve(model_spec, cluster_spec, job, {}, top_k=max(top, PARETO_PLANS))
     except InfeasibleError:
@@ -157,7 +158,7 @@ def explain_cmd(
     (re-estimated), and why its neighbours in the ranking lose."""
     from planner.explanation import explain
     from planner.report import run_note_lines
-    inputs = resolve_inputs(ctx)  # one GPU kind: parse_cluster says so in one line for pools
+    inputs = resolve_inputs(ctx, pools=True)
     model_spec, cluster_spec, job, pins = inputs.model, inputs.cluster, inputs.job, inputs.pins
     run_in = inputs.economics
     plan, ranked = resolve_plan(model_spec, cluster_spec, job, pins, rank, 10)
@@ -236,7 +237,7 @@ def report_cmd(
 
     if html.suffix.lower() not in (".html", ".htm"):
         raise SpecError(f"--html {html}: use a .html file name")
-    inputs = resolve_inputs(ctx)  # one GPU kind: parse_cluster says so in one line for pools
+    inputs = resolve_inputs(ctx, pools=True)
     model_spec, cluster_spec, job, pins = inputs.model, inputs.cluster, inputs.job, inputs.pins
     run_in = inputs.economics
     ranked = solve(model_spec, cluster_spec, job, pins, top_k=max(top, PARETO_PLANS))

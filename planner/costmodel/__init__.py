@@ -146,11 +146,12 @@ def estimate_batch(model: ModelSpec, cluster: ClusterSpec | PooledCluster, job: 
                    ) -> dict[str, np.ndarray]:
     """Plan columns of many layouts (costmodel.batch.estimate_batch). On a cluster of pools the
     stages sit on the pools in the order the layouts' stage_gpu names them (the cluster's order
-    without it; costmodel.pools), every stage in order (all_stages has no other effect)."""
+    without it; costmodel.pools)."""
     if isinstance(cluster, PooledCluster):
         from planner.costmodel.pools import estimate_pooled_batch, pool_order
 
-        return estimate_pooled_batch(model, cluster, job, layouts, pool_order(cluster, layouts))
+        return estimate_pooled_batch(model, cluster, job, layouts, pool_order(cluster, layouts),
+                                     all_stages)
     return batch.estimate_batch(model, cluster, job, layouts, all_stages)
 
 

@@ -152,14 +152,7 @@ def estimate_batch(
     x = _Knobs.of(lo, job)
     t = _stage_times(model, cluster, job, x, st)
     mem = _stage_memory(model, cluster, job, x, st, t)
-    out = _assemble(model, [cluster], job, x, st, [(t, mem)])
-    if all_stages:
-        s = mem.state
-        out |= {"stages_index": st["index"]} | {
-            f"stages_mem_{k}_gb": v / GIB for k, v in (
-                ("weights", s.weights), ("grads", s.grads), ("optimizer", s.optimizer),
-                ("activations", mem.activations), ("other", mem.other))}
-    return out
+    return _assemble(model, [cluster], job, x, st, [(t, mem)], all_stages=all_stages)
 
 
 @dataclass(frozen=True)
@@ -314,7 +307,7 @@ def _mean_peak(pools: Sequence[ClusterSpec], precision: str) -> float:
 def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _Knobs,
               st: dict[str, np.ndarray], parts: Sequence[tuple[_StageTimes, _StageMemory]],
               pool: np.ndarray | None = None, real: np.ndarray | None = None,
-              same_gpu: bool = True) -> dict[str, np.ndarray]:
+              same_gpu: bool = True, all_stages: bool = False) -> dict[str, np.ndarray]:
     """The plan columns: the slowest stage sets the per-micro-batch time, the stage holding the
     most parameters the DP traffic and the optimizer step, the most loaded GPU the memory.
 
@@ -442,6 +435,14 @@ def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _
         "stage_mb_s": slow_mb,
         "p2p_send_s": np.where(x.pp > 1, send, 0.0),
     }
+    if all_stages:  # every stage's memory terms, (N, C) (figures)
+        out |= {"stages_index": st["index"]} | {
+            f"stages_mem_{k}_gb": per_stage(get) / GIB for k, get in (
+                ("weights", lambda t, mem: mem.state.weights),
+                ("grads", lambda t, mem: mem.state.grads),
+                ("optimizer", lambda t, mem: mem.state.optimizer),
+                ("activations", lambda t, mem: mem.activations),
+                ("other", lambda t, mem: mem.other))}
     if pool is not None:  # on pools, every stage's own numbers (their table and JSON)
         out |= {"stage_time_s": np.where(real, stage_mb, np.nan),
                 "stage_mem_gb": np.where(real, total / GIB, np.nan),

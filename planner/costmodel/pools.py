@@ -86,6 +86,7 @@ def estimate_pooled_batch(
     job: JobSpec,
     layouts: Sequence[Layout] | Mapping[str, Any],
     order: Sequence[int],
+    all_stages: bool = False,
 ) -> dict[str, np.ndarray]:
     """Plan columns for each layout (explicit stage_layers, vpp 1) with its stages on the pools
     in `order` (module docstring), plus per-stage arrays (layouts, stages): stage_time_s (per
@@ -100,7 +101,8 @@ def estimate_pooled_batch(
     for cl in pooled.pools:
         t = _stage_times(model, cl, job, x, st)
         parts.append((t, _stage_memory(model, cl, job, x, st, t)))
-    return _assemble(model, pooled.pools, job, x, st, parts, pool, real, one_gpu(pooled))
+    return _assemble(model, pooled.pools, job, x, st, parts, pool, real, one_gpu(pooled),
+                     all_stages)
 
 
 def estimate_pooled(model: ModelSpec, pooled: PooledCluster, job: JobSpec, layout: Layout,

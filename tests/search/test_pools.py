@@ -36,7 +36,7 @@ def test_grammar_and_yaml(tmp_path):
     assert [p.gpu.name for p in yc.pools] == ["H100-SXM", "A100-SXM4-40GB"]
     assert yc.pools[1].gpus_per_node == 8 and yc.num_gpus == 96
     assert isinstance(parse_cluster_or_pools("128xA100"), ClusterSpec)
-    with pytest.raises(SpecError, match="solve, estimate and export only"):  # the others: one GPU
+    with pytest.raises(SpecError, match="explain, report and export only"):  # the others: one GPU
         parse_cluster("64xH100+128xA100")
     for bad, why in (("64xH100+", "empty pool"), ("64xH100+64xH100", "two pools"),
                      ("64xH100+8xNOPE", "unknown GPU")):
@@ -251,4 +251,29 @@ def test_readme_pool_examples_run():
         for line in shown.splitlines():
             layout, step = line.split()[:2]
             assert layout in result.stdout and step in result.stdout, (command, line)
+
+
+def test_explain_report_and_export_on_pools(tmp_path):
+    """Pools get what one GPU kind gets: explain (its one-knob changes placed as the plan is),
+    report and figures; export says in one line why a launcher cannot take the plan."""
+    from tests.cli.inproc import invoke
+
+    args = ["-m", "llama3-8b", "-c", "32xH100+32xA100", "--seq-len", "4096",
+            "--global-batch", "512"]
+    result = invoke("explain", *args, "--rank", "1", "--json")
+    assert result.code == 0, result.stderr
+    data = json.loads(result.stdout)
+    gpus = set(data["plan"]["stage_gpu"])
+    assert gpus == {"H100-SXM", "A100-SXM4-80GB"}
+    assert data["changes"] and all("@" in c["layout"] for c in data["changes"])  # placed
+    best = min(data["changes"], key=lambda c: c["step_time_s"])
+    assert best["step_time_s"] == pytest.approx(
+        data["plan"]["step_time_s"] * (1 + best["d_step_rel"]), rel=1e-9)
+    html = tmp_path / "r.html"
+    result = invoke("report", "--html", str(html), *args, "--top", "3")
+    assert result.code == 0, result.stderr
+    assert "@1x" in html.read_text()
+    result = invoke("export", "--to", "megatron", *args)
+    assert result.code == 2 and len(result.error_lines) == 1
+    assert "cluster of pools" in result.error_lines[0]
 
