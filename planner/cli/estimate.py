@@ -13,42 +13,22 @@ not multiply to the GPU count or do not divide heads, layers or the batch exit 2
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import typer
 
-from planner.cli.inputs import resolve_inputs
+from planner.cli.inputs import (
+    JOB_OPTIONS,
+    LAYOUT_KNOB_OPTIONS,
+    RUN_ECONOMICS_OPTIONS,
+    resolve_inputs,
+    takes,
+)
 from planner.cli.launcher_options import ConfigOpt, MaybeClusterOpt, MaybeModelOpt
 from planner.cli.options import (
-    AttentionOpt,
-    CpOpt,
     CsvOpt,
-    DpOpt,
-    EpOpt,
-    GlobalBatchOpt,
-    GpuHourPriceOpt,
-    GradDtypeOpt,
     JsonOpt,
-    MbsOpt,
-    MtbfOpt,
-    P2pOverlapOpt,
-    PpOpt,
-    PrecisionChoice,
-    PrecisionOpt,
-    ProfileOpt,
-    PueOpt,
-    RecomputeOpt,
-    RefBatchOpt,
-    RefLrOpt,
-    SeqLenOpt,
-    SpOpt,
-    StackOpt,
     StageLayersOpt,
-    StorageOpt,
-    TpOpt,
-    TpOverlapOpt,
-    TrainTokensOpt,
-    VppOpt,
-    ZeroOpt,
     with_economics,
 )
 from planner.cli.typer_app import app
@@ -64,40 +44,16 @@ ESTIMATE_HELP = (
 
 
 @app.command("estimate", help=ESTIMATE_HELP)
+@takes(LAYOUT_KNOB_OPTIONS, JOB_OPTIONS, RUN_ECONOMICS_OPTIONS)
 def estimate_cmd(
     ctx: typer.Context,
     model: MaybeModelOpt = None,
     cluster: MaybeClusterOpt = None,
     config: ConfigOpt = None,
-    tp: TpOpt = None,
-    pp: PpOpt = None,
-    dp: DpOpt = None,
-    cp: CpOpt = None,
-    ep: EpOpt = None,
-    vpp: VppOpt = None,
-    mbs: MbsOpt = None,
-    zero: ZeroOpt = None,
-    recompute: RecomputeOpt = None,
-    sp: SpOpt = None,
-    precision: PrecisionOpt = PrecisionChoice.bf16,
-    attention: AttentionOpt = None,
-    grad_dtype: GradDtypeOpt = None,
-    tp_comm_overlap: TpOverlapOpt = None,
-    p2p_overlap: P2pOverlapOpt = None,
-    stack: StackOpt = None,
-    seq_len: SeqLenOpt = None,
-    global_batch: GlobalBatchOpt = None,
-    profile: ProfileOpt = None,
     stage_layers: StageLayersOpt = None,
     csv: CsvOpt = None,
     as_json: JsonOpt = False,
-    train_tokens: TrainTokensOpt = None,
-    gpu_hour_price: GpuHourPriceOpt = None,
-    pue: PueOpt = None,
-    mtbf_hours: MtbfOpt = None,
-    storage_gb_per_s: StorageOpt = None,
-    ref_lr: RefLrOpt = None,
-    ref_batch: RefBatchOpt = None,
+    **options: Any,  # the shared options (@takes), read by name in resolve_inputs
 ) -> None:
     """Predict one layout (help text: ESTIMATE_HELP)."""
     from planner.costmodel import estimate_placed

@@ -19,38 +19,17 @@ from typing import Annotated, Any
 import typer
 
 from planner import limits
-from planner.cli.inputs import resolve_inputs
+from planner.cli.inputs import (
+    JOB_OPTIONS,
+    LAYOUT_KNOB_OPTIONS,
+    RUN_ECONOMICS_OPTIONS,
+    resolve_inputs,
+    takes,
+)
 from planner.cli.options import (
-    AttentionOpt,
     ClusterOpt,
-    CpOpt,
-    DpOpt,
-    EpOpt,
-    GlobalBatchOpt,
-    GpuHourPriceOpt,
-    GradDtypeOpt,
     JsonOpt,
-    MbsOpt,
     ModelOpt,
-    MtbfOpt,
-    P2pOverlapOpt,
-    PpOpt,
-    PrecisionChoice,
-    PrecisionOpt,
-    ProfileOpt,
-    PueOpt,
-    RecomputeOpt,
-    RefBatchOpt,
-    RefLrOpt,
-    SeqLenOpt,
-    SpOpt,
-    StackOpt,
-    StorageOpt,
-    TpOpt,
-    TpOverlapOpt,
-    TrainTokensOpt,
-    VppOpt,
-    ZeroOpt,
     output_file,
     with_economics,
 )
@@ -120,39 +99,15 @@ def write_figures(model_spec: Any, cluster_spec: Any, job: Any, plan: Any, ranke
 
 
 @app.command("explain")
+@takes(LAYOUT_KNOB_OPTIONS, JOB_OPTIONS, RUN_ECONOMICS_OPTIONS)
 def explain_cmd(
     ctx: typer.Context,
     model: ModelOpt,
     cluster: ClusterOpt,
     rank: RankOpt = None,
-    tp: TpOpt = None,
-    pp: PpOpt = None,
-    dp: DpOpt = None,
-    cp: CpOpt = None,
-    ep: EpOpt = None,
-    vpp: VppOpt = None,
-    mbs: MbsOpt = None,
-    zero: ZeroOpt = None,
-    recompute: RecomputeOpt = None,
-    sp: SpOpt = None,
-    precision: PrecisionOpt = PrecisionChoice.bf16,
-    attention: AttentionOpt = None,
-    grad_dtype: GradDtypeOpt = None,
-    tp_comm_overlap: TpOverlapOpt = None,
-    p2p_overlap: P2pOverlapOpt = None,
-    stack: StackOpt = None,
-    seq_len: SeqLenOpt = None,
-    global_batch: GlobalBatchOpt = None,
-    profile: ProfileOpt = None,
-    train_tokens: TrainTokensOpt = None,
-    gpu_hour_price: GpuHourPriceOpt = None,
-    pue: PueOpt = None,
-    mtbf_hours: MtbfOpt = None,
-    storage_gb_per_s: StorageOpt = None,
-    ref_lr: RefLrOpt = None,
-    ref_batch: RefBatchOpt = None,
     figures: FiguresOpt = None,
     as_json: JsonOpt = False,
+    **options: Any,  # the shared options (@takes), read by name in resolve_inputs
 ) -> None:
     """Explain one plan: where the time and memory go, what binds, the change that helps most
     (re-estimated), and why its neighbours in the ranking lose."""
@@ -164,7 +119,7 @@ def explain_cmd(
     plan, ranked = resolve_plan(model_spec, cluster_spec, job, pins, rank, 10)
     plan = with_economics([plan], model_spec, cluster_spec, run_in)[0]
     exp = explain(model_spec, cluster_spec, job, plan, ranked)
-    lines = exp.lines() + run_note_lines(plan, run_in, ref_lr, ref_batch)
+    lines = exp.lines() + run_note_lines(plan, run_in, inputs.ref_lr, inputs.ref_batch)
     written = write_figures(model_spec, cluster_spec, job, plan, ranked, figures) if figures else []
     if as_json:
         import json
@@ -193,39 +148,15 @@ def explain_cmd(
 
 
 @app.command("report")
+@takes(LAYOUT_KNOB_OPTIONS, JOB_OPTIONS, RUN_ECONOMICS_OPTIONS)
 def report_cmd(
     ctx: typer.Context,
     html: HtmlOpt,
     model: ModelOpt,
     cluster: ClusterOpt,
-    tp: TpOpt = None,
-    pp: PpOpt = None,
-    dp: DpOpt = None,
-    cp: CpOpt = None,
-    ep: EpOpt = None,
-    vpp: VppOpt = None,
-    mbs: MbsOpt = None,
-    zero: ZeroOpt = None,
-    recompute: RecomputeOpt = None,
-    sp: SpOpt = None,
-    precision: PrecisionOpt = PrecisionChoice.bf16,
-    attention: AttentionOpt = None,
-    grad_dtype: GradDtypeOpt = None,
-    tp_comm_overlap: TpOverlapOpt = None,
-    p2p_overlap: P2pOverlapOpt = None,
-    stack: StackOpt = None,
-    seq_len: SeqLenOpt = None,
-    global_batch: GlobalBatchOpt = None,
-    profile: ProfileOpt = None,
     top: TopOpt = 10,
-    train_tokens: TrainTokensOpt = None,
-    gpu_hour_price: GpuHourPriceOpt = None,
-    pue: PueOpt = None,
-    mtbf_hours: MtbfOpt = None,
-    storage_gb_per_s: StorageOpt = None,
-    ref_lr: RefLrOpt = None,
-    ref_batch: RefBatchOpt = None,
     compare_cluster: CompareOpt = None,
+    **options: Any,  # the shared options (@takes), read by name in resolve_inputs
 ) -> None:
     """Write one self-contained HTML file: the ranked plans, the winner's explanation and its
     figures (inlined SVG, no network)."""
@@ -249,15 +180,16 @@ def report_cmd(
         from planner.errors import InfeasibleError
         from planner.registry import parse_cluster
 
-        spec = parse_cluster(other, profile=cluster_spec.gpu if profile is not None else None)
+        given = options["profile"] is not None  # --profile: the same GPU profile everywhere
+        spec = parse_cluster(other, profile=cluster_spec.gpu if given else None)
         try:
             groups[str(spec)] = solve(model_spec, spec, job, pins, top_k=PARETO_PLANS)
         except InfeasibleError:
             groups[str(spec)] = []
     title = (f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), seq "
              f"{job.seq_len}, global batch {job.global_batch}, {job_label(cluster_spec.gpu, job)}")
-    text = html_report(model_spec, cluster_spec, job, ranked, top, exp,
-                       run_note_lines(winner, run_in, ref_lr, ref_batch), title, groups)
+    notes = run_note_lines(winner, run_in, inputs.ref_lr, inputs.ref_batch)
+    text = html_report(model_spec, cluster_spec, job, ranked, top, exp, notes, title, groups)
     write_text_atomic(html, text)
     typer.echo(f"wrote {html} ({len(text) / 1024:.0f} KiB): {min(top, len(ranked))} plans, "
                f"winner {winner.layout}")

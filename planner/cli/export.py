@@ -14,10 +14,16 @@ express is a comment in the file and a warning on stderr.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
-from planner.cli.inputs import resolve_inputs
+from planner.cli.inputs import (
+    JOB_OPTIONS,
+    LAYOUT_KNOB_OPTIONS,
+    resolve_inputs,
+    takes,
+)
 from planner.cli.launcher_options import (
     ConfigOpt,
     MaybeClusterOpt,
@@ -27,59 +33,20 @@ from planner.cli.launcher_options import (
     ToOpt,
     write_export,
 )
-from planner.cli.options import (
-    AttentionOpt,
-    CpOpt,
-    DpOpt,
-    EpOpt,
-    GlobalBatchOpt,
-    GradDtypeOpt,
-    MbsOpt,
-    P2pOverlapOpt,
-    PpOpt,
-    PrecisionChoice,
-    PrecisionOpt,
-    ProfileOpt,
-    RecomputeOpt,
-    SeqLenOpt,
-    SpOpt,
-    StackOpt,
-    TpOpt,
-    TpOverlapOpt,
-    VppOpt,
-    ZeroOpt,
-)
 from planner.cli.typer_app import app
 
 
 @app.command("export")
+@takes(LAYOUT_KNOB_OPTIONS, JOB_OPTIONS)
 def export_cmd(
     ctx: typer.Context,
     to: ToOpt,
     model: MaybeModelOpt = None,
     cluster: MaybeClusterOpt = None,
     config: ConfigOpt = None,
-    tp: TpOpt = None,
-    pp: PpOpt = None,
-    dp: DpOpt = None,
-    cp: CpOpt = None,
-    ep: EpOpt = None,
-    vpp: VppOpt = None,
-    mbs: MbsOpt = None,
-    zero: ZeroOpt = None,
-    recompute: RecomputeOpt = None,
-    sp: SpOpt = None,
-    precision: PrecisionOpt = PrecisionChoice.bf16,
-    attention: AttentionOpt = None,
-    grad_dtype: GradDtypeOpt = None,
-    tp_comm_overlap: TpOverlapOpt = None,
-    p2p_overlap: P2pOverlapOpt = None,
-    stack: StackOpt = None,
-    seq_len: SeqLenOpt = None,
-    global_batch: GlobalBatchOpt = None,
-    profile: ProfileOpt = None,
     rank: RankOpt = 1,
     out: OutOpt = None,
+    **options: Any,  # the shared options (@takes), read by name in resolve_inputs
 ) -> None:
     """Write a plan as a launcher's own configuration (plan --rank N of the ranking, or the
     layout every knob of which is pinned, or the --config's layout converted)."""

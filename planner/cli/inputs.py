@@ -13,11 +13,14 @@ RECIPE_OPTIONS and its declaration.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import typer
 
+from planner.cli import options as o
 from planner.cli.launcher_options import RECIPE_OPTIONS, inputs
 from planner.cli.options import (
     check_lr_options,
@@ -29,6 +32,38 @@ from planner.cli.options import (
 from planner.layout import KNOBS
 
 ECONOMICS_OPTIONS = ("train_tokens", "gpu_hour_price", "pue", "mtbf_hours", "storage_gb_per_s")
+
+# The options the planning commands share, declared once: name -> (annotated type, default).
+# A command takes a group with @takes(...) and finds them in ctx.params (resolve_inputs).
+LAYOUT_KNOB_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "tp": (o.TpOpt, None), "pp": (o.PpOpt, None), "dp": (o.DpOpt, None), "cp": (o.CpOpt, None),
+    "ep": (o.EpOpt, None), "vpp": (o.VppOpt, None), "mbs": (o.MbsOpt, None),
+    "zero": (o.ZeroOpt, None), "recompute": (o.RecomputeOpt, None), "sp": (o.SpOpt, None)}
+JOB_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "precision": (o.PrecisionOpt, o.PrecisionChoice.bf16), "attention": (o.AttentionOpt, None),
+    "grad_dtype": (o.GradDtypeOpt, None), "tp_comm_overlap": (o.TpOverlapOpt, None),
+    "p2p_overlap": (o.P2pOverlapOpt, None), "stack": (o.StackOpt, None),
+    "seq_len": (o.SeqLenOpt, None), "global_batch": (o.GlobalBatchOpt, None),
+    "profile": (o.ProfileOpt, None)}
+RUN_ECONOMICS_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "train_tokens": (o.TrainTokensOpt, None), "gpu_hour_price": (o.GpuHourPriceOpt, None),
+    "pue": (o.PueOpt, None), "mtbf_hours": (o.MtbfOpt, None),
+    "storage_gb_per_s": (o.StorageOpt, None), "ref_lr": (o.RefLrOpt, None),
+    "ref_batch": (o.RefBatchOpt, None)}
+
+
+def takes(*groups: dict[str, tuple[Any, Any]]) -> Callable[[Callable], Callable]:
+    """Add the options of `groups` to a command (typer reads its signature): the command keeps
+    its own parameters and receives these as **options; resolve_inputs reads them by name."""
+    def wrap(command: Callable) -> Callable:
+        sig = inspect.signature(command, eval_str=True)
+        own = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                   annotation=annotation)
+                 for group in groups for name, (annotation, default) in group.items()]
+        command.__signature__ = sig.replace(parameters=own + added)
+        return command
+    return wrap
 
 
 @dataclass(frozen=True, kw_only=True)

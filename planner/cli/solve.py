@@ -16,12 +16,18 @@ pins no valid layout can honour exit 2.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from planner import limits
-from planner.cli.inputs import resolve_inputs
+from planner.cli.inputs import (
+    JOB_OPTIONS,
+    LAYOUT_KNOB_OPTIONS,
+    RUN_ECONOMICS_OPTIONS,
+    resolve_inputs,
+    takes,
+)
 from planner.cli.launcher_options import (
     ConfigOpt,
     ExportOpt,
@@ -31,37 +37,10 @@ from planner.cli.launcher_options import (
     write_export,
 )
 from planner.cli.options import (
-    AttentionOpt,
-    CpOpt,
     CsvOpt,
-    DpOpt,
-    EpOpt,
     EvenStagesOpt,
-    GlobalBatchOpt,
-    GpuHourPriceOpt,
-    GradDtypeOpt,
     JsonOpt,
-    MbsOpt,
-    MtbfOpt,
-    P2pOverlapOpt,
-    PpOpt,
-    PrecisionChoice,
-    PrecisionOpt,
-    ProfileOpt,
-    PueOpt,
-    RecomputeOpt,
-    RefBatchOpt,
-    RefLrOpt,
-    SeqLenOpt,
-    SpOpt,
-    StackOpt,
     StageLayersOpt,
-    StorageOpt,
-    TpOpt,
-    TpOverlapOpt,
-    TrainTokensOpt,
-    VppOpt,
-    ZeroOpt,
     output_file,
     output_option,
     with_economics,
@@ -96,48 +75,24 @@ ProfileOutOpt = Annotated[
 
 
 @app.command("solve")
+@takes(LAYOUT_KNOB_OPTIONS, JOB_OPTIONS, RUN_ECONOMICS_OPTIONS)
 def solve_cmd(
     ctx: typer.Context,
     model: MaybeModelOpt = None,
     cluster: MaybeClusterOpt = None,
     config: ConfigOpt = None,
-    tp: TpOpt = None,
-    pp: PpOpt = None,
-    dp: DpOpt = None,
-    cp: CpOpt = None,
-    ep: EpOpt = None,
-    vpp: VppOpt = None,
-    mbs: MbsOpt = None,
-    zero: ZeroOpt = None,
-    recompute: RecomputeOpt = None,
-    sp: SpOpt = None,
-    precision: PrecisionOpt = PrecisionChoice.bf16,
-    attention: AttentionOpt = None,
-    grad_dtype: GradDtypeOpt = None,
-    tp_comm_overlap: TpOverlapOpt = None,
-    p2p_overlap: P2pOverlapOpt = None,
-    stack: StackOpt = None,
-    seq_len: SeqLenOpt = None,
-    global_batch: GlobalBatchOpt = None,
-    profile: ProfileOpt = None,
     stage_layers: StageLayersOpt = None,
     even_stages: EvenStagesOpt = False,
     top: TopOpt = 10,
     csv: CsvOpt = None,
     as_json: JsonOpt = False,
-    train_tokens: TrainTokensOpt = None,
-    gpu_hour_price: GpuHourPriceOpt = None,
-    pue: PueOpt = None,
-    mtbf_hours: MtbfOpt = None,
-    storage_gb_per_s: StorageOpt = None,
-    ref_lr: RefLrOpt = None,
-    ref_batch: RefBatchOpt = None,
     calibrate: CalibrateOpt = None,
     runs: RunsOpt = Path("runs.jsonl"),
     profile_out: ProfileOutOpt = None,
     export: ExportOpt = None,
     out: OutOpt = None,
     tp_across_nodes: TpAcrossNodesOpt = False,
+    **options: Any,  # the shared options (@takes), read by name in resolve_inputs
 ) -> None:
     """Search the layouts (CP-SAT) and print the best that fit: the tie with the fastest (by
     robustness), then the rest by predicted step time."""
