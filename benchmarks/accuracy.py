@@ -355,7 +355,7 @@ def fit_stacks(runs: Sequence[MeasuredRun], predictor: Predictor, log: Any = pri
     (stack, source) (what the few-shot protocol starts from)."""
     from datetime import UTC, datetime
 
-    from planner.calibrate.stackfit import fit_stack_factors, predict_with
+    from planner.calibrate.stackfit import fit_stack_by_class, predict_with
     from planner.stacks import ErrorStats, StackFactors, resolve_stack
 
     rows, fitted, without = [], {}, {}
@@ -363,12 +363,12 @@ def fit_stacks(runs: Sequence[MeasuredRun], predictor: Predictor, log: Any = pri
     for name, pairs in _stack_pairs(runs, predictor).items():
         t0 = time.perf_counter()
         preset = resolve_stack(name)
-        stock = preset.model_copy(update={"factors": StackFactors()})
+        stock = preset.model_copy(update={"factors": StackFactors(), "gpu_factors": {}})
         srs = [r for r, _ in pairs]
         lays = [lay for _, lay in pairs]
         meas = np.array([r.measured_step_time_s for r in srs])
         box = predict_with(stock, srs, lays) / meas - 1
-        full = fit_stack_factors(stock, srs, lays)
+        full = fit_stack_by_class(stock, srs, lays)
         ins = predict_with(full, srs, lays) / meas - 1
         sources = sorted({r.source_id for r in srs})
         oos = np.full(len(srs), np.nan)
@@ -383,8 +383,8 @@ def fit_stacks(runs: Sequence[MeasuredRun], predictor: Predictor, log: Any = pri
             train = ~held
             if train.sum() < 2:
                 continue
-            part = fit_stack_factors(stock, [r for r, t in zip(srs, train, strict=True) if t],
-                                     [x for x, t in zip(lays, train, strict=True) if t])
+            part = fit_stack_by_class(stock, [r for r, t in zip(srs, train, strict=True) if t],
+                                      [x for x, t in zip(lays, train, strict=True) if t])
             idx = np.flatnonzero(held)
             oos[idx] = predict_with(part, [srs[i] for i in idx], [lays[i] for i in idx]) \
                 / meas[idx] - 1
@@ -394,9 +394,11 @@ def fit_stacks(runs: Sequence[MeasuredRun], predictor: Predictor, log: Any = pri
         prov = full.provenance.model_copy(update={
             "fitted_on": sources, "runs": len(srs),
             "gpus": sorted({r.cluster.gpu.name for r in srs}),
-            "method": "benchmarks/accuracy.py --stacks: planner.calibrate.stackfit (soft-L1 "
-                      "least squares of log step time; GEMM scale and layer-pass overhead shared "
-                      "by every GPU of the stack) on planner/data/published_runs.csv",
+            "method": "benchmarks/accuracy.py --stacks: planner.calibrate.stackfit."
+                      "fit_stack_by_class (soft-L1 least squares of log step time; GEMM scale "
+                      "and layer-pass overhead shared by the GPUs whose GEMM curve is their "
+                      "own, kept per GPU class where the curve is borrowed from another chip) "
+                      "on planner/data/published_runs.csv",
             "in_sample": ErrorStats(**{k: round(v, 4) if isinstance(v, float) else v
                                        for k, v in _stats(ins).items()}),
             "out_of_sample": ErrorStats(**{k: round(v, 4) if isinstance(v, float) else v
@@ -408,8 +410,10 @@ def fit_stacks(runs: Sequence[MeasuredRun], predictor: Predictor, log: Any = pri
                     f"p90 {np.quantile(np.abs(box), 0.9):.1%}",
         })
         fitted[name] = full.model_copy(update={"provenance": prov})
-        log(f"{name}: {len(srs)} runs, gemm x{full.factors.gemm_scale:.3f}, layer pass "
-            f"{full.factors.layer_overhead_us:.0f} us ({time.perf_counter() - t0:.0f}s)")
+        log(f"{name}: {len(srs)} runs, " + "; ".join(
+            f"{cls} gemm x{f.gemm_scale:.3f}, layer pass {f.layer_overhead_us or 0:.0f} us"
+            for cls, f in (("transferable", full.factors), *full.gpu_factors.items()))
+            + f" ({time.perf_counter() - t0:.0f}s)")
         for source in sources:
             m = np.array([r.source_id == source for r in srs])
             o = oos[m & has_oos]
@@ -421,8 +425,9 @@ def fit_stacks(runs: Sequence[MeasuredRun], predictor: Predictor, log: Any = pri
                 "named_oos_median": np.median(np.abs(o)) if len(o) else np.nan,
                 "named_oos_p90": np.quantile(np.abs(o), 0.9) if len(o) else np.nan,
                 "oos": "other sources" if len(sources) > 1 else "leave one model out",
-                "gemm_scale": full.factors.gemm_scale,
-                "layer_us": full.factors.layer_overhead_us,
+                "gemm_scale": full.factors_for(srs[int(np.argmax(m))].cluster.gpu.name).gemm_scale,
+                "layer_us": full.factors_for(srs[int(np.argmax(m))].cluster.gpu.name
+                                             ).layer_overhead_us,
             })
     for name, preset in fitted.items():
         for source in preset.provenance.fitted_on:
@@ -439,11 +444,62 @@ def population_preset(preset: Any, fitted: Any, source: str) -> Any:
 
     others = [p for p in fitted if source not in p.provenance.fitted_on]
     if not others:
-        return preset.model_copy(update={"factors": StackFactors()})
+        return preset.model_copy(update={"factors": StackFactors(), "gpu_factors": {}})
     gemm = float(np.exp(np.mean([np.log(p.factors.gemm_scale) for p in others])))
     over = [p.factors.layer_overhead_us for p in others if p.factors.layer_overhead_us is not None]
-    return preset.model_copy(update={"factors": StackFactors(
+    return preset.model_copy(update={"gpu_factors": {}, "factors": StackFactors(
         gemm_scale=gemm, layer_overhead_us=float(np.mean(over)) if over else None)})
+
+
+TRANSFER_MIN_RUNS = 8  # a GPU class needs this many timed runs of a stack to fit or be judged
+
+
+def transfer_table(runs: Sequence[MeasuredRun], predictor: Predictor) -> pd.DataFrame:
+    """Do a stack's factors travel across GPUs? For every stack with runs on two GPU classes
+    (each with at least TRANSFER_MIN_RUNS), fit the factors on one class's runs
+    (planner.calibrate.stackfit, relative to that GPU's own profile) and predict the other's:
+    its error with the stock factors, with the factors carried from the other class, and with
+    its own class's fit (in sample, the floor). Classes whose GEMM curve is borrowed from
+    another chip are marked: a factor fitted there is kept on that class (gpu_factors)."""
+    from planner.calibrate.stackfit import fit_stack_factors, predict_with
+    from planner.published import gpu_class
+    from planner.stacks import StackFactors, curve_is_borrowed, resolve_stack
+
+    out = []
+    for name, pairs in _stack_pairs(runs, predictor).items():
+        by_class: dict[str, list[tuple[MeasuredRun, Layout]]] = {}
+        for run, lay in pairs:
+            by_class.setdefault(gpu_class(run.cluster.gpu.name) or run.cluster.gpu.name,
+                                []).append((run, lay))
+        by_class = {c: v for c, v in by_class.items() if len(v) >= TRANSFER_MIN_RUNS}
+        if len(by_class) < 2:
+            continue
+        stock = resolve_stack(name).model_copy(update={"factors": StackFactors(),
+                                                       "gpu_factors": {}})
+        fits = {c: fit_stack_factors(stock, [r for r, _ in v], [x for _, x in v])
+                for c, v in by_class.items()}
+        for src, fit in fits.items():
+            for dst, v in by_class.items():
+                if dst == src:
+                    continue
+                rs, ls = [r for r, _ in v], [x for _, x in v]
+                meas = np.array([r.measured_step_time_s for r in rs])
+                box = predict_with(stock, rs, ls) / meas - 1
+                moved = predict_with(fit, rs, ls) / meas - 1
+                own = predict_with(fits[dst], rs, ls) / meas - 1
+                borrowed = any(curve_is_borrowed(r.cluster.gpu) for r, _ in by_class[src])
+                out.append({
+                    "stack": name, "fitted_on": src + (" (borrowed curve)" if borrowed else ""),
+                    "runs_fit": len(by_class[src]), "predicted": dst, "runs": len(rs),
+                    "gemm_x": fit.factors.gemm_scale, "layer_us": fit.factors.layer_overhead_us,
+                    "stock_median": np.median(np.abs(box)), "stock_signed": np.median(box),
+                    "moved_median": np.median(np.abs(moved)),
+                    "moved_p90": np.quantile(np.abs(moved), 0.9),
+                    "moved_signed": np.median(moved),
+                    "own_median": np.median(np.abs(own)),
+                    "own_gemm_x": fits[dst].factors.gemm_scale,
+                })
+    return pd.DataFrame(out)
 
 
 def write_stack_presets(fitted: dict[str, Any]) -> None:
@@ -532,7 +588,7 @@ def moe_report(runs: Sequence[MeasuredRun], predictor: Predictor) -> pd.DataFram
         lays = [lay for _, lay in pairs]
         meas = np.array([r.measured_step_time_s for r in srs])
         preset = resolve_stack(name)
-        stock = preset.model_copy(update={"factors": StackFactors()})
+        stock = preset.model_copy(update={"factors": StackFactors(), "gpu_factors": {}})
         box = predict_with(stock, srs, lays) / meas - 1
         named = predict_with(preset, srs, lays) / meas - 1
         oos = np.full(len(srs), np.nan)
@@ -570,10 +626,141 @@ def _moe_summary(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# ---- leave one source out: the headline accuracy -----------------------------------------------
+
+# The measured values the stock profiles' fitted fields started from (their `sources` entries,
+# "shape and original value", docs/hardware.md 2.1): the top of the GEMM curve before the fit
+# and the attention efficiencies. A leave-one-source-out refit starts from these, so that the
+# left-out source's share of the committed fit is gone; siblings take their big part's revert.
+ORIGINAL_VALUES: dict[str, tuple[float, dict[str, float]]] = {
+    # Azure ND A100 v4 FP16 sweep 256.5 TFLOP/s at N=16384 / 312; FA2 179.5 / 312
+    "A100-SXM4-80GB": (256.5 / 312, {"attention_efficiency": 0.575, "layer_overhead_us": 0.0}),
+    # FP8 sweep 1382.2 / FP8 MAMF 1402.6 x BF16 MAMF fraction 0.803; FA2 327.9 / 989; FA3 0.75
+    "H100-SXM": (1382.2 / 1402.6 * 0.803, {"attention_efficiency": 0.332,
+                                           "fused_attention_efficiency": 0.75,
+                                           "layer_overhead_us": 0.0}),
+    # FP8 sweep 2906.9 / FP8 MAMF 3615.6 x BF16 MAMF fraction 0.729 (one knob was fitted)
+    "GB200-NVL72": (2906.9 / 3615.6 * 0.729, {"layer_overhead_us": 0.0}),
+}
+
+
+def unfitted_profiles() -> dict[str, GpuProfile]:
+    """The stock profiles with their fitted fields back at the measured values they started
+    from (ORIGINAL_VALUES; siblings as their big part): what a fit without any source has."""
+    gpus = {g.name: g for g in builtin_gpus().values()}
+    out: dict[str, GpuProfile] = {}
+    for big, (top, values) in ORIGINAL_VALUES.items():
+        scale = top / gpus[big].gemm_efficiency.points[-1][1] if big in gpus else 1.0
+        parts = [gpus.get(big)] + [next((g for n, g in gpus.items() if n.startswith(small)),
+                                        None) for b, small in SIBLINGS if big.startswith(b)]
+        for gpu in parts:
+            if gpu is not None:
+                vals = {"gemm_scale": scale, **{k: v for k, v in values.items()
+                                                if getattr(gpu, k, None) is not None}}
+                out[gpu.name] = apply_values(gpu, vals)
+    return out
+
+
+def flat_baseline(run: MeasuredRun, share: float = 0.5) -> float:
+    """Step time (s) of the flat model: the model FLOPs at `share` of the dense peak."""
+    from planner.costmodel.compute import model_flops_per_step
+
+    job = run.job
+    flops = model_flops_per_step(run.model, job.seq_len, job.global_batch)
+    return flops / (share * run.cluster.gpu.peak_flops(job.precision) * run.cluster.num_gpus)
+
+
+def leave_one_source_out(runs: Sequence[MeasuredRun], predictor: Predictor,
+                         knobs: Sequence[str] = TUNE_KNOBS, log: Any = print) -> pd.DataFrame:
+    """The headline accuracy: each source predicted by a model that never saw it. For every
+    source S: the stock profiles refitted (from their measured values, unfitted_profiles) on the
+    tuning sources other than S, the stack presets refitted (fit_stack_by_class) on the other
+    sources' runs of each stack on those profiles (a stack whose runs are all S's takes the
+    other stacks' mean factors, population_preset); then S's timed runs are predicted three
+    ways: stock (the stack's recipe, stock factors), stack named (its preset without S), and
+    the flat 50%-of-peak model. Layouts of rows that leave knobs open are the search's on the
+    committed profiles (one search per row; the open knobs barely move with the fit)."""
+    from planner.calibrate.fit import predict_step_times
+    from planner.calibrate.stackfit import fit_stack_by_class, predict_with
+    from planner.stacks import StackFactors, resolve_stack
+
+    pairs = [(r, lay) for v in _stack_pairs(runs, predictor).values() for r, lay in v]
+    base = unfitted_profiles()
+    sources = sorted({r.source_id for r, _ in pairs})
+    out = []
+    for held in sources:
+        t0 = time.perf_counter()
+        tune = [s for s in TUNE_SOURCES if s != held]
+        profiles = dict(base)
+        tuning = _timed_by_gpu([r for r, _ in pairs if r.source_id in tune])
+        for name, group in tuning.items():
+            start = base.get(name, group[0].cluster.gpu)
+            lays = _searched_layouts(group, group[0].cluster.gpu, predictor)
+            own = {k.name for k in knobs_for(start)}
+            names = [k for k in knobs if k in own][: max(1, len(group) // RUNS_PER_KNOB)]
+            fit = calibrate(start, [r.with_gpu(start) for r in group], layouts=lays,
+                            names=names, cross_validate=False)
+            profiles[name] = fit.profile
+            for big, small in SIBLINGS:  # the chip's efficiencies serve a sibling without runs
+                sib = next((n for n in base if n.startswith(small)), None)
+                if name.startswith(big) and sib and not any(n.startswith(small) for n in tuning):
+                    profiles[sib] = apply_values(base[sib], fit.values)
+
+        def on(run: MeasuredRun, profiles: dict[str, GpuProfile] = profiles) -> MeasuredRun:
+            return run.with_gpu(profiles.get(run.cluster.gpu.name, run.cluster.gpu))
+
+        presets = {}
+        for stack in sorted({r.stack for r, _ in pairs}):
+            mine = [(on(r), lay) for r, lay in pairs if r.stack == stack and r.source_id != held]
+            stock = resolve_stack(stack).model_copy(update={"factors": StackFactors(),
+                                                            "gpu_factors": {}})
+            if len(mine) >= 2:
+                presets[stack] = fit_stack_by_class(stock, [r for r, _ in mine],
+                                                    [x for _, x in mine])
+        target = [(on(r), lay) for r, lay in pairs if r.source_id == held]
+        for stack in sorted({r.stack for r, _ in target}):
+            rows = [(r, lay) for r, lay in target if r.stack == stack]
+            rs, ls = [r for r, _ in rows], [x for _, x in rows]
+            meas = np.array([r.measured_step_time_s for r in rs])
+            preset = presets.get(stack)
+            if preset is None:  # no other source of this stack: the typical stack (all of
+                # `presets` were fitted without `held`, so none is excluded: source "")
+                preset = population_preset(resolve_stack(stack), presets.values(), "")
+            stock_pred = np.empty(len(rs))
+            for i, (r, lay) in enumerate(rows):
+                stock_pred[i] = predict_step_times(r.cluster.gpu, [r], [lay])[0]
+            named = predict_with(preset, rs, ls)
+            flat = np.array([flat_baseline(r) for r in rs])
+            for i, r in enumerate(rs):
+                out.append({"source": held, "stack": stack, "gpu": r.cluster.gpu.name,
+                            "run": r.run_id, "stock": stock_pred[i] / meas[i] - 1,
+                            "named": named[i] / meas[i] - 1, "flat50": flat[i] / meas[i] - 1})
+        log(f"left out {held}: profiles fitted on {', '.join(tune) or 'nothing'}; "
+            f"{len(target)} runs predicted ({time.perf_counter() - t0:.0f}s)")
+    return pd.DataFrame(out)
+
+
+def loso_table(per_run: pd.DataFrame) -> pd.DataFrame:
+    """Per source and overall: median / p90 absolute and signed median error of the stock
+    prediction, the stack named, and the flat 50% model, on the same rows."""
+    rows = []
+    groups = [*per_run.groupby("source"), ("ALL", per_run)]
+    for key, g in groups:
+        row: dict[str, Any] = {"source": key, "runs": len(g)}
+        for col in ("stock", "named", "flat50"):
+            a = g[col].abs()
+            row[f"{col}_median"] = a.median()
+            row[f"{col}_p90"] = a.quantile(0.9)
+            row[f"{col}_signed"] = g[col].median()
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def _pct_table(frame: pd.DataFrame) -> pd.DataFrame:
     t = frame.copy()
     for col in t.columns:
-        if any(w in col for w in ("median", "p90", "coverage")) and t[col].dtype != object:
+        if any(w in col for w in ("median", "p90", "coverage", "signed")) \
+                and t[col].dtype != object:
             t[col] = t[col].map(lambda x: "-" if pd.isna(x) else f"{100 * x:.1f}%")
     return t
 
@@ -615,6 +802,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--moe", action="store_true",
                         help="report the MoE runs apart: out of the box, with the stack preset "
                         "fitted on dense runs, and refitted on MoE runs (one model held out)")
+    parser.add_argument("--transfer", action="store_true",
+                        help="fit each stack on one GPU class's runs and predict another's")
+    parser.add_argument("--loso", action="store_true",
+                        help="the headline: every source predicted by stock profiles and stack "
+                        "presets refitted without it, beside a flat 50%%-of-peak model")
     parser.add_argument("--write-profiles", action="store_true",
                         help="set the fitted efficiency fields in hardware_profiles/*.yaml")
     ns = parser.parse_args(argv)
@@ -706,6 +898,23 @@ def main(argv: list[str] | None = None) -> int:
                 text = _pct_table(frame).to_string(index=False)
                 print(text)
                 md += [f"### {t}", "", "```", text, "```", ""]
+    if ns.transfer:
+        moved = transfer_table(runs, predictor)
+        title = ("stack factors carried across GPU classes (fitted on one class's runs, "
+                 "predicting another's)")
+        text = _pct_table(moved).to_string(index=False, float_format=lambda x: f"{x:.3g}")
+        print(f"\n== {title} ==\n{text}")
+        md += [f"### {title}", "", "```", text, "```", ""]
+    if ns.loso:
+        per_run = leave_one_source_out(runs, predictor)
+        table = loso_table(per_run)
+        title = ("leave one source out (headline): stock profiles and stack presets refitted "
+                 "without the source; stock / stack named / flat 50% of peak, same rows")
+        text = _pct_table(table).to_string(index=False)
+        print(f"\n== {title} ==\n{text}")
+        md += [f"### {title}", "", "```", text, "```", ""]
+        if ns.rows:
+            per_run.to_csv(ns.rows.with_suffix(".loso.csv"), index=False)
     diag = term_diagnosis(after[~after["source"].isin(tuned)])
     if len(diag):
         print("\n== term diagnosis on untuned rows (factor each term needs) ==")

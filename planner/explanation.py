@@ -42,7 +42,11 @@ class Change:
     main_term: str  # the time or memory term that moves most, with its old and new values
 
     def text(self) -> str:
-        fits = "" if self.plan.estimate.fits else ", does not fit"
+        from planner.costmodel import memory_status
+
+        status = memory_status(self.plan.estimate)
+        fits = "" if status == "fits" else (", may not fit" if status.startswith("may")
+                                             else ", does not fit")
         mem = (f"frees {-self.d_peak_gb:.1f} GiB" if self.d_peak_gb < 0
                else f"needs {self.d_peak_gb:.1f} GiB more")
         return (f"{self.what}: step {self.d_step_rel:+.1%} ({self.d_step_s:+.3f} s), {mem}"
@@ -81,6 +85,11 @@ class Explanation:
                    "micro-batches in flight):")
         for label, gib, share in self.mem_terms:
             out.append(f"  {label:<34} {gib:9.2f} GiB {share:6.1%}")
+        out.append(f"  {'peak allocated by PyTorch':<34} {e.peak_mem_gb:9.2f} GiB "
+                   "(max_memory_allocated; fits reads this)")
+        if e.device_mem_gb == e.device_mem_gb:  # not NaN
+            out.append(f"  {'device shows (nvidia-smi)':<34} {e.device_mem_gb:9.2f} GiB "
+                       "(+ allocator cache, CUDA context, NCCL buffers)")
         out.append("what binds:")
         out += [f"  - {b}" for b in self.binds]
         out += [f"  - {g}" for g in self.groups]
@@ -315,7 +324,7 @@ def compare(plan: Plan, other: Plan) -> str:
 def explain(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, plan: Plan,
             ranked: Sequence[Plan] = ()) -> Explanation:
     """The explanation of `plan`; `ranked` (solve's plans, best first) gives the neighbours."""
-    from planner.costmodel import estimate_batch
+    from planner.costmodel import estimate_batch, memory_status
     from planner.report import MEM_LABELS, TIME_LABELS
 
     e = plan.estimate
@@ -328,12 +337,14 @@ def explain(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, plan: Plan,
     split["launch overhead"] = max(e.time_compute_s - sum(split.values()), 0.0)
     mems = [(MEM_LABELS[c], getattr(e, c), getattr(e, c) / e.peak_mem_gb) for c in MEM_COLUMNS]
     changes = one_knob_changes(model, cluster, job, plan)
-    fitting = [c for c in changes if c.plan.estimate.fits]
+    # a change that lands within the memory band of the capacity "may not fit": not offered as
+    # the change that helps (the ranking puts such plans after those with headroom)
+    fitting = [c for c in changes if memory_status(c.plan.estimate) == "fits"]
     best = next((c for c in fitting if c.d_step_s < 0), None)
     if not e.fits:  # the cheapest change that makes it fit helps most
         best = fitting[0] if fitting else None
     limit = best.d_step_s if best is not None else 0.0
-    blocked = next((c for c in changes if not c.plan.estimate.fits and c.d_step_s < limit), None)
+    blocked = next((c for c in changes if c not in fitting and c.d_step_s < limit), None)
     savers = [c for c in fitting if c.d_peak_gb < 0]
     mem_change = min(savers, key=lambda c: (max(c.d_step_s, 0.0) / -c.d_peak_gb, c.d_step_s),
                      default=None)

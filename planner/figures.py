@@ -40,20 +40,24 @@ def _figure(width: float, height: float) -> Figure:
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def save(fig: Figure, path: str | Path) -> Path:
-    """Write the figure as PNG or SVG (by suffix), atomically."""
-    path = Path(path)
-    fmt = path.suffix.lower().lstrip(".")
+def figure_bytes(fig: Figure, path: str | Path) -> bytes:
+    """The figure as PNG or SVG bytes, by the suffix of `path` (SpecError for another)."""
+    fmt = Path(path).suffix.lower().lstrip(".")
     if fmt not in ("png", "svg"):
         from planner.errors import SpecError
 
         raise SpecError(f"figure {path}: use a .png or .svg file name")
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=150)
-    from planner.io import write_bytes_atomic
+    return buf.getvalue()
 
-    write_bytes_atomic(path, buf.getvalue())
-    return path
+
+def save(fig: Figure, path: str | Path) -> Path:
+    """Write the figure as PNG or SVG (by suffix) with planner.io.write_output."""
+    from planner.io import write_output
+
+    write_output(path, figure_bytes(fig, path))
+    return Path(path)
 
 
 def svg_text(fig: Figure) -> str:
@@ -226,12 +230,30 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     return front
 
 
+def _label_inside(ax: Any, labels: Sequence[tuple[str, float, float]]) -> None:
+    """Annotate each (text, x, y) point, the text on the side of the point that faces the
+    middle of the axes (left of a point in the right half, below one in the top half) so that
+    it stays inside the axes, with an arrow from the text to the point."""
+    if not labels:
+        return
+    x0, x1 = ax.get_xlim()
+    y0, y1 = ax.get_ylim()
+    for text, x, y in labels:
+        right = x > (x0 + x1) / 2
+        top = y > (y0 + y1) / 2
+        ax.annotate(text, (x, y), fontsize=7, xytext=(-8 if right else 8, -10 if top else 10),
+                    textcoords="offset points", ha="right" if right else "left",
+                    va="top" if top else "bottom",
+                    arrowprops={"arrowstyle": "-", "lw": 0.6, "color": "grey"})
+
+
 def pareto_figure(groups: Mapping[str, Sequence[Plan]]) -> Figure:
     """Step time against peak memory of ranked plans, the front drawn; with several clusters
     (groups), a second panel puts step time against GPU count."""
     several = len(groups) > 1
     fig = _figure(11 if several else 7, 4.5)
     ax = fig.add_subplot(1, 2 if several else 1, 1)
+    winners: list[tuple[str, float, float]] = []  # (layout, memory, step) of each plan 1
     for label, plans in groups.items():
         pts = [(p.estimate.step_time_s, p.estimate.peak_mem_gb) for p in plans]
         if not pts:
@@ -240,11 +262,10 @@ def pareto_figure(groups: Mapping[str, Sequence[Plan]]) -> Figure:
         front = pareto_front(pts)
         fx = sorted((pts[i][1], pts[i][0]) for i in front)
         ax.step([x for x, _ in fx], [y for _, y in fx], where="post", lw=1)
-        best = min(range(len(pts)), key=lambda i: pts[i][0])
-        ax.annotate(str(plans[best].layout), (pts[best][1], pts[best][0]), fontsize=7,
-                    xytext=(4, 4), textcoords="offset points")
         cap = plans[0].estimate.mem_capacity_gb
         ax.axvline(cap, color="grey", ls=":", lw=1)
+        winners.append((str(plans[0].layout), pts[0][1], pts[0][0]))
+    _label_inside(ax, winners)
     ax.set_xlabel("peak memory per GPU (GiB)")
     ax.set_ylabel("step time (s)")
     ax.set_title("ranked plans: step time vs peak memory (front: stepped line)", fontsize=9)
@@ -277,7 +298,10 @@ def calibration_figure(fit: FitResult) -> Figure:
     after = fit.pred_cv if fit.pred_cv is not None else fit.pred_after
     lo, hi = float(meas.min()) * 0.7, float(meas.max()) * 1.4
     xs = np.geomspace(lo, hi, 50)
-    sigma = fit.rel_error_sigma
+    # the band the fitted profile carries (step_time_rel_error), so the figure and the profile
+    # say one number; a fit without one falls back to its residuals' spread
+    sigma = fit.profile.step_time_rel_error
+    sigma = fit.rel_error_sigma if sigma is None else float(sigma)
     ax.fill_between(xs, xs * np.exp(-sigma), xs * np.exp(sigma), color="#4C72B0", alpha=0.15,
                     label=f"band +/-{sigma:.1%} (1 sigma)")
     ax.plot(xs, xs, color="black", lw=1)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 MAX_INLINE_SVG_BYTES = 1_500_000
 
 STYLE = """
-body { font-family: system-ui, sans-serif; margin: 1.5em auto; padding: 0 1.5em; max-width: 1200px;
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; padding: 0 1.5em; max-width: 1400px;
        color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
 table.plans { border-collapse: collapse; font-size: 0.85em; }
@@ -40,8 +40,13 @@ def _inline(fig: object) -> str:
 
 
 def _table(plans: Sequence[Plan]) -> str:
-    heads = ["#", "layout", "step s", "tok/s/GPU", "MFU", "peak GiB", "usable GiB", "bubble",
-             "comm s"]
+    """The ranked plans as the CLI tables them: the step-time band beside the step, '=' for the
+    layouts tied with the fastest (bands overlap; tied order is robustness, not step time),
+    fits as yes / may (within the memory band of the capacity) / no, and device memory."""
+    from planner.report import fits_word
+
+    heads = ["#", "layout", "step s (band)", "tied", "tok/s/GPU", "MFU", "peak GiB",
+             "usable GiB", "fits", "device GiB", "bubble", "comm s"]
     runs = any(p.run is not None for p in plans)
     if runs:
         heads += ["days", "GPU-hours", "cost USD", "energy MWh", "ckpt GB", "ckpt every min"]
@@ -50,9 +55,13 @@ def _table(plans: Sequence[Plan]) -> str:
         e = p.estimate
         comm = (e.time_tp_comm_s + e.time_cp_comm_s + e.time_ep_comm_s + e.time_pp_comm_s
                 + e.time_dp_comm_exposed_s)
-        cells = [str(p.rank), f'<td class="layout">{html.escape(str(p.layout))}',
-                 f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu:.1%}",
-                 f"{e.peak_mem_gb:.1f}", f"{e.mem_capacity_gb:.1f}",
+        band = (f" ({e.step_time_low_s:.2f}-{e.step_time_high_s:.2f})"
+                if e.step_time_high_s > e.step_time_low_s else "")
+        device = "-" if e.device_mem_gb != e.device_mem_gb else f"{e.device_mem_gb:.1f}"
+        cells = [str(p.rank), f'<td class="layout">{html.escape(str(p.layout))}</td>',
+                 f"{e.step_time_s:.3f}{band}", "=" if p.tied_with_best else "",
+                 f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu:.1%}",
+                 f"{e.peak_mem_gb:.1f}", f"{e.mem_capacity_gb:.1f}", fits_word(e), device,
                  f"{e.time_pp_bubble_s / e.step_time_s:.1%}", f"{comm:.3f}"]
         if runs and p.run is not None:
             r = p.run
@@ -65,6 +74,17 @@ def _table(plans: Sequence[Plan]) -> str:
     head = "".join(f"<th>{h}</th>" for h in heads)
     return (f'<table class="plans" id="plans"><thead><tr>{head}</tr></thead><tbody>'
             + "".join(rows) + "</tbody></table>")
+
+
+def _tie_paragraph(ranked: Sequence[Plan], top: int, calibrated: bool) -> str:
+    """The CLI's tie note under the table (planner.report.tie_note), or nothing."""
+    from planner.report import tie_note
+
+    tied = sum(p.tied_with_best for p in ranked)
+    if tied <= 1:
+        return ""
+    note = tie_note(ranked[:top], tied, calibrated, at_least=tied == len(ranked))
+    return f'<p id="ties">{html.escape(note)}</p>'
 
 
 def _changes_table(exp: Explanation, limit: int = 12) -> str:
@@ -107,6 +127,7 @@ def html_report(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, ranked: Se
         f"<style>{STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         f"<h2>Ranked plans (top {min(top, len(ranked))})</h2>", _table(ranked[:top]),
+        _tie_paragraph(ranked, top, cluster.gpu.step_time_rel_error is not None),
         "<h2>Why the winner wins</h2>",
         f'<pre id="explanation">{html.escape(chr(10).join([*exp.lines(), *notes]))}</pre>',
         f"<h2>One change at a time (the winner's {min(12, len(exp.changes))} fastest "

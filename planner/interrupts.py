@@ -14,7 +14,9 @@ killed by that signal.
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -102,3 +104,71 @@ def deferred() -> Iterator[None]:
         signum, _State.pending = _State.pending, None
         _State.raised = signum
         raise Interrupted(signum)
+
+
+# ---- children that do not outlive the planner -------------------------------------------------
+# torchrun is the planner's child; its workers are grandchildren in sessions of their own, so a
+# SIGKILL of the planner (which runs no cleanup) reaches neither unless each is tied to it:
+# torchrun by the kernel's parent-death signal, each worker by a watchdog thread that watches
+# the planner's pid (named in this environment variable as PID:START_TIME).
+PARENT_ENV = "PLANNER_PARENT_PROCESS"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+WATCH_S = 0.5  # how often a worker looks for the planner
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), None when
+    it is gone or a zombie (or not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def parent_env() -> dict[str, str]:
+    """The environment entry that names this process to the workers' watchdog."""
+    return {PARENT_ENV: f"{os.getpid()}:{_start_time(os.getpid()) or ''}"}
+
+
+def die_with_parent_preexec() -> Any:
+    """A Popen preexec_fn (run in the child between fork and exec) that asks the kernel for
+    SIGKILL when the parent dies (prctl(2) PR_SET_PDEATHSIG, Linux; a no-op elsewhere), and
+    exits at once if the parent died before that call."""
+    parent = os.getpid()
+
+    def preexec() -> None:
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # not Linux
+            return
+        if os.getppid() != parent:  # the parent was gone before the signal was armed
+            os._exit(1)
+
+    return preexec
+
+
+def exit_with_launcher() -> None:
+    """In a torchrun worker: a daemon thread that ends this process when the planner that
+    launched it (PARENT_ENV) is gone, e.g. killed by SIGKILL. A no-op when not launched by the
+    planner (a run started by hand) or outside Linux."""
+    value = os.environ.get(PARENT_ENV, "")
+    pid_text, _, started = value.partition(":")
+    if not pid_text.isdigit() or not started:
+        return
+
+    def watch() -> None:
+        import time
+
+        while _start_time(int(pid_text)) == started:
+            time.sleep(WATCH_S)
+        print(f"planner process {pid_text} is gone; this worker ends", file=sys.stderr,
+              flush=True)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="planner-watchdog", daemon=True).start()

@@ -6,10 +6,25 @@ Rank order (one documented mapping, Megatron-LM's default "tp-cp-ep-dp-pp"): tp 
     rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank))
 
 So a TP group is `tp` consecutive ranks (inside one node when tp <= GPUs per node), a CP group
-strides by tp, a DP group by tp*cp, and a PP group by tp*cp*dp. Expert parallelism (ep) does not
-multiply the world: experts are sharded over `ep` ranks carved out of the dp*cp ranks (Megatron's
-expert-data-parallel), so ep divides dp*cp. The validate subpackage builds its DeviceMesh with
-mesh_dim_names ("pp", "dp", "cp", "tp"), outermost first, which is this order.
+strides by tp, a DP group by tp*cp, and a PP group by tp*cp*dp. The validate subpackage builds
+its DeviceMesh with mesh_dim_names ("pp", "dp", "cp", "tp"), outermost first, which is this order.
+
+Expert layers are laid out on the same tp*cp*dp ranks of each pipeline stage, folded anew
+(Megatron-Core's MoE parallel folding): expert-TP (etp) innermost, then expert parallelism (ep),
+then the expert-data-parallel replicas (edp = tp*cp*dp / (etp*ep)):
+
+    stage-local rank = etp_rank + etp * (ep_rank + ep * edp_rank)
+
+so etp*ep must divide tp*cp*dp, independently of the attention layout (Megatron-LM
+megatron/core/parallel_state.py initialize_model_parallel at d98e8a6: expert_data_parallel_size
+= world_size // (expert_tensor_parallel_size * expert_model_parallel_size * pp), "world_size is
+not divisible by expert_tensor_model_pipeline_parallel size", the pp groups of both generators
+equal, expert order "tp-ep-dp-pp" with cp 1; megatron/training/arguments.py: num_experts a
+multiple of expert_model_parallel_size, expert_tensor_parallel_size defaulting to the TP size).
+torchtitan's FSDP2 + EP (torchtitan/distributed/parallel_dims.py at b5bcd76: ep divides
+dp_shard * cp * tp, sparse mesh (pp, dp_replicate, efsdp, ep)) is the etp = 1 case. So ep may
+exceed dp*cp by borrowing TP ranks (etp < tp). etp = 0 in a Layout means "the TP size"
+(Megatron's default); the layout stores 0 whenever etp equals tp, so the two spellings are one.
 """
 
 from __future__ import annotations
@@ -56,12 +71,26 @@ class Layout:
     stage_layers: tuple[int, ...] = ()
     # GPU profile name of each pipeline stage on a cluster of pools; () = the cluster's one GPU
     stage_gpu: tuple[str, ...] = ()
+    # expert tensor parallelism (MoE): 0 = the TP size (Megatron's default), stored 0 when equal
+    etp: int = 0
 
     def __post_init__(self) -> None:
+        if self.etp == self.tp:
+            object.__setattr__(self, "etp", 0)
         if not isinstance(self.stage_layers, tuple):  # a list read back from JSON
             object.__setattr__(self, "stage_layers", tuple(int(n) for n in self.stage_layers))
         if not isinstance(self.stage_gpu, tuple):
             object.__setattr__(self, "stage_gpu", tuple(str(g) for g in self.stage_gpu))
+
+    @property
+    def expert_tp(self) -> int:
+        """GPUs one expert's matrices are split over (etp, or tp where etp is 0)."""
+        return self.etp or self.tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Replicas of each expert in one pipeline stage: tp*cp*dp / (etp*ep) (at least 1)."""
+        return max(self.tp * self.cp * self.dp // (self.expert_tp * self.ep), 1)
 
     @property
     def num_gpus(self) -> int:
@@ -77,6 +106,8 @@ class Layout:
             parts.append(f"cp{self.cp}")
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
+        if self.etp:
+            parts.append(f"etp{self.etp}")
         if self.vpp > 1:
             parts.append(f"vpp{self.vpp}")
         parts += [f"mbs{self.mbs}", f"z{self.zero}", RECOMPUTE_CODES[self.recompute]]
@@ -104,11 +135,13 @@ class Layout:
 
     def as_dict(self) -> dict:
         out = asdict(self)
+        del out["etp"]
         out["stage_layers"] = list(self.stage_layers)
         if self.stage_gpu:
             out["stage_gpu"] = list(self.stage_gpu)
         else:
             del out["stage_gpu"]  # one GPU kind: the plan names no per-stage GPU
+        out["etp"] = self.expert_tp  # the plan column etp (after the contract's columns)
         return out
 
 
@@ -143,10 +176,11 @@ def stage_layers(num_layers: int, pp: int, vpp: int) -> list[list[int]]:
 def default_layout(num_gpus: int, cluster_name: str, tp: int, pp: int, dp: int | None = None,
                    cp: int | None = None, ep: int | None = None, vpp: int | None = None,
                    mbs: int | None = None, zero: int | None = None, recompute=None,
-                   sp: bool | None = None) -> Layout:
+                   sp: bool | None = None, etp: int | None = None) -> Layout:
     """The layout `estimate` (and `explain` by pins, a launcher config) evaluates: the knobs
     given, the rest at the defaults above (dp = GPUs / (tp pp cp), cp = ep = vpp = mbs = 1,
-    DEFAULT_ZERO, DEFAULT_RECOMPUTE, sp on when tp > 1; cli.estimate's ESTIMATE_HELP says it)."""
+    etp = tp, DEFAULT_ZERO, DEFAULT_RECOMPUTE, sp on when tp > 1; cli.estimate's ESTIMATE_HELP
+    says it)."""
     cp = cp or 1
     if dp is None:
         n = num_gpus
@@ -168,6 +202,7 @@ def default_layout(num_gpus: int, cluster_name: str, tp: int, pp: int, dp: int |
         recompute=getattr(recompute, "value", recompute) if recompute is not None
         else DEFAULT_RECOMPUTE,
         sp=(tp > 1) if sp is None else sp,
+        etp=etp or 0,
     )
 
 

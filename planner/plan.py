@@ -21,6 +21,10 @@ PLAN_COLUMNS: tuple[str, ...] = (
     "mem_weights_gb", "mem_grads_gb", "mem_optimizer_gb", "mem_activations_gb", "mem_other_gb",
     # added by the open issues (CONTRACT.md "Names the open issues add"), in contract order
     "step_time_low_s", "step_time_high_s", "tied_with_best",
+    # issue 19: above the best published MFU of its GPU class and stack (planner.published)
+    "faster_than_published",
+    # issue 19 section 4: what the device shows beside peak_mem_gb (what PyTorch allocates)
+    "device_mem_gb",
 )
 TIME_COLUMNS = tuple(c for c in PLAN_COLUMNS if c.startswith("time_"))
 MEM_COLUMNS = tuple(c for c in PLAN_COLUMNS if c.startswith("mem_") and c != "mem_capacity_gb")
@@ -36,11 +40,15 @@ class Plan:
     run: Any = None  # planner.economics.RunCosts when the user gave --train-tokens
     # its step-time band overlaps the fastest plan's (planner.search.ties); False for estimate
     tied_with_best: bool = False
+    # predicted above the best MFU of any published run of its GPU class and stack by more than
+    # its band (planner.published); the last of the plan columns
+    faster_than_published: bool = False
 
     def row(self) -> dict[str, Any]:
         """The plan columns, in contract order, plus any extra columns the estimate carries."""
         values = {**self.layout.as_dict(), **self.estimate.columns(), "rank": self.rank,
-                  "tied_with_best": self.tied_with_best}
+                  "tied_with_best": self.tied_with_best,
+                  "faster_than_published": self.faster_than_published}
         row = {c: values[c] for c in PLAN_COLUMNS}
         row.update({k: v for k, v in values.items() if k not in row})
         if self.run is not None:  # appended after the other columns (contract)

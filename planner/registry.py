@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from planner import limits
 from planner.errors import SpecError, suggest
+from planner.io import require_file
 from planner.specs import ClusterSpec, GpuProfile, ModelSpec, PooledCluster
 
 CLUSTER_GRAMMAR = (
@@ -122,7 +123,12 @@ def is_file(text: str) -> bool:
 
 
 def _looks_like_path(text: str) -> bool:
-    return text.endswith((".yaml", ".yml", ".json")) or "/" in text or is_file(text)
+    if text.endswith((".yaml", ".yml", ".json")) or "/" in text or is_file(text):
+        return True
+    try:
+        return Path(text).is_dir()  # a folder given for a file: "is a directory"
+    except (OSError, ValueError):
+        return False
 
 
 def model_spec_from_hf(config: dict[str, Any], name: str, where: str) -> ModelSpec:
@@ -146,8 +152,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     """A built-in name or alias, a model spec YAML, or a HuggingFace config.json."""
     if _looks_like_path(name_or_path):
         path = Path(name_or_path)
-        if not is_file(name_or_path):
-            raise SpecError(f"model file not found: {path}")
+        require_file(path, "model file")
         data = read_yaml_or_json(path)
         if "model_type" in data:  # a HuggingFace config.json
             # dir/config.json is named after its folder (the HF repo's name), other files by stem
@@ -172,8 +177,7 @@ def load_gpu(name_or_path: str) -> GpuProfile:
     """A built-in GPU name or alias, or a GPU profile YAML (from `planner profile`/`calibrate`)."""
     if _looks_like_path(name_or_path):
         path = Path(name_or_path)
-        if not is_file(name_or_path):
-            raise SpecError(f"profile file not found: {path}")
+        require_file(path, "profile file")
         data = read_yaml_or_json(path)
         data.setdefault("name", path.stem)
         return validate_as(GpuProfile, data, str(path))
@@ -188,6 +192,22 @@ def load_gpu(name_or_path: str) -> GpuProfile:
         raise SpecError(f"unknown GPU '{name_or_path}'{suggest(name_or_path, known)}; "
                         "see `planner clusters`")
     return gpu
+
+
+def gpu_of_device(device: str) -> GpuProfile | None:
+    """The built-in profile whose name or alias appears in a device name as torch reports it
+    ('NVIDIA H100 80GB HBM3' -> H100-SXM; the longest match wins), None for a CPU or an unknown
+    GPU."""
+    text = device.lower().replace(" ", "-")
+    if not text or text.startswith("cpu"):
+        return None
+    best = None
+    for gpu in builtin_gpus().values():
+        for key in [gpu.name, *gpu.aliases]:
+            k = key.lower()
+            if k in text and (best is None or len(k) > best[0]):
+                best = (len(k), gpu)
+    return best[1] if best else None
 
 
 # NxGPU or NODESxPERNODExGPU; "x", "X", "*" or the multiplication sign separate the counts.
@@ -324,8 +344,7 @@ def parse_cluster(text: str, profile: GpuProfile | None = None) -> ClusterSpec:
 
 def _cluster_from_file(path: Path, profile: GpuProfile | None) -> ClusterSpec:
     """A cluster YAML ({gpu, num_nodes, gpus_per_node}) or a bare GPU profile YAML (one node)."""
-    if not is_file(str(path)):
-        raise SpecError(f"cluster file not found: {path}")
+    require_file(path, "cluster file")
     return _cluster_from_data(read_yaml_or_json(path), path, profile)
 
 

@@ -130,8 +130,9 @@ def print_plans_table(plans: Sequence[Plan], console: Console, title: str | None
             band = f" ({e.step_time_low_s:.2f}-{e.step_time_high_s:.2f})"
         rows.append((
             str(p.rank) if p.rank else "-", layout_label(p), f"{e.step_time_s:.3f}{band}",
-            f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu:.1%}",
-            f"{e.peak_mem_gb:.1f}/{e.mem_capacity_gb:.1f}", "yes" if e.fits else "no",
+            f"{e.tokens_per_s_per_gpu:,.0f}",
+            f"{e.mfu:.1%}" + (" !" if p.faster_than_published else ""),
+            f"{e.peak_mem_gb:.1f}/{e.mem_capacity_gb:.1f}", fits_word(e),
             f"{e.time_pp_bubble_s / e.step_time_s:.1%}" if e.step_time_s else "-", f"{comm:.3f}",
             "=" if p.tied_with_best else "",
         ))
@@ -150,6 +151,31 @@ def print_plans_table(plans: Sequence[Plan], console: Console, title: str | None
     if needed > console.width:
         console = RichConsole(file=console.file, width=needed, no_color=console.no_color)
     console.print(table)
+
+
+def tie_note(plans: Sequence[Plan], tied_total: int, calibrated: bool,
+             at_least: bool = False) -> str:
+    """The line under a ranking whose first plans tie (tied_total > 1), CLI and HTML alike:
+    how many layouts tie, how many are shown, the band they share, and the order within."""
+    shown = sum(p.tied_with_best for p in plans)
+    best = plans[0].estimate
+    rel = (best.step_time_high_s - best.step_time_low_s) / (2 * best.step_time_s)
+    source = "the profile's calibrated" if calibrated else "the stock model's"
+    count = f"at least {tied_total}" if at_least else f"{tied_total}"
+    return (f"{count} layouts tie with the fastest ({shown} shown, marked '='): their "
+            f"step-time bands overlap ({source} +/-{rel:.1%}, 1 sigma); within the tie the "
+            "ranking prefers the layout least exposed to communication and bubble time, then "
+            "lower memory (docs/ranking.md)")
+
+
+def fits_word(e: Any) -> str:
+    """The table's fits cell: "yes", "may" (within the memory band of the usable capacity,
+    planner.costmodel.memory_status) or "no"."""
+    from planner.costmodel.memory import near_capacity
+
+    if not e.fits:
+        return "no"
+    return "may" if near_capacity(e.peak_mem_gb, e.mem_capacity_gb) else "yes"
 
 
 def print_estimate(plan: Plan, console: Console) -> None:
@@ -186,10 +212,13 @@ def print_estimate(plan: Plan, console: Console) -> None:
     from planner.costmodel import memory_status
 
     verdict = memory_status(e)
-    status = ("[green]fits[/]" if e.fits else f"[yellow]{verdict}[/]"
+    status = ("[green]fits[/]" if verdict == "fits" else f"[yellow]{verdict}[/]"
               if verdict.startswith("may") else "[red]does not fit[/]")
-    m.add_row("[bold]peak[/]", f"[bold]{e.peak_mem_gb:.2f}[/]")
+    m.add_row("[bold]peak (allocated by PyTorch)[/]", f"[bold]{e.peak_mem_gb:.2f}[/]")
     m.add_row("usable capacity", f"{e.mem_capacity_gb:.2f}  {status}")
+    if e.device_mem_gb == e.device_mem_gb:  # not NaN
+        m.add_row("device shows (nvidia-smi: + allocator cache, CUDA context, NCCL)",
+                  f"{e.device_mem_gb:.2f}")
     console.print(t)
     console.print(m)
     console.print(f"most loaded GPU: pipeline stage {e.peak_stage}, holding activations of "

@@ -97,6 +97,15 @@ class StackFactors(BaseModel):
         description="Host time per layer and micro-batch pass, us (None: the profile's).")
 
 
+def curve_is_borrowed(profile: GpuProfile) -> bool:
+    """Whether the profile's GEMM curve was measured on another chip (its source says "no <GPU>
+    GEMM sweep / measurement": V100 takes the A100's, GB300 the GB200's, L40S the A100's). A
+    stack factor fitted there absorbs the curve's error as well as the software's, so it is kept
+    for that GPU class only (StackPreset.gpu_factors) and does not travel to other GPUs."""
+    text = str((profile.sources or {}).get("gemm_efficiency", ""))
+    return bool(re.search(r"\bno \S+ GEMM (sweep|measurement)", text))
+
+
 class ErrorStats(BaseModel):
     """Absolute relative step-time error (fractions) over `n` runs."""
 
@@ -141,6 +150,11 @@ class StackPreset(BaseModel):
         default_factory=dict,
         description="Layout knobs the software fixes (pinned unless a run or the user says).")
     factors: StackFactors = StackFactors()
+    gpu_factors: dict[str, StackFactors] = Field(
+        default_factory=dict,
+        description="Factors of one GPU class (planner.published.GPU_CLASSES) that do not "
+        "travel: fitted on a GPU whose GEMM curve is borrowed from another chip. `factors` "
+        "serves every other GPU.")
     provenance: StackProvenance = StackProvenance()
     sources: dict[str, str] = Field(default_factory=dict, description="Source per recipe item.")
 
@@ -177,9 +191,16 @@ class StackPreset(BaseModel):
         fields = self.recipe_fields(text, notes)
         return job.model_copy(update=fields) if fields else job
 
+    def factors_for(self, gpu_name: str) -> StackFactors:
+        """The factors on this GPU: its class's own (gpu_factors) where the preset has them,
+        else the transferable ones."""
+        from planner.published import gpu_class
+
+        return self.gpu_factors.get(gpu_class(gpu_name) or gpu_name, self.factors)
+
     def apply(self, profile: GpuProfile) -> GpuProfile:
         """`profile` with this stack's efficiency factors (unchanged for stock factors)."""
-        f = self.factors
+        f = self.factors_for(profile.name)
         if f.gemm_scale == 1.0 and f.layer_overhead_us is None:
             return profile
         values: dict[str, float] = {"gemm_scale": f.gemm_scale, "fp8_gemm_scale": f.gemm_scale}
@@ -213,7 +234,9 @@ class StackPreset(BaseModel):
         return {
             "name": self.name, "title": self.title, "aliases": list(self.aliases),
             "recipe": self.recipe.job_fields(), "layout_defaults": dict(self.layout_defaults),
-            "factors": self.factors.model_dump(), "fitted": self.fitted,
+            "factors": self.factors.model_dump(),
+            "gpu_factors": {k: v.model_dump() for k, v in self.gpu_factors.items()},
+            "fitted": self.fitted,
             "provenance": self.provenance.model_dump(),
         }
 

@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("costmodel", ("planner.costmodel",)),
     ("plan", ("planner.plan",)),
     ("search", ("planner.search",)),
-    ("inputs", ("planner.hf_config", "planner.registry", "planner.stacks")),
+    ("inputs", ("planner.hf_config", "planner.registry", "planner.stacks", "planner.published")),
     ("launchers", ("planner.launchers",)),
     ("measured", ("planner.measured",)),
     ("calibrate", ("planner.calibrate",)),

@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from planner.interrupts import exit_with_launcher
 from planner.progress import report_phase
 
 from .records import environment
@@ -402,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="raw results JSON (written by rank 0)")
     parser.add_argument("--quick", action="store_true", help="fewer sizes, shorter timings")
     ns = parser.parse_args(argv)
+    exit_with_launcher()  # the planner killed outright: end, do not measure on to the end
     threads = os.environ.get("PLANNER_THREADS")
     if threads and not torch.cuda.is_available():
         torch.set_num_threads(int(threads))

@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import LayoutError, SpecError
-from planner.interrupts import Interrupted, deferred, raise_on_signals
+from planner.interrupts import (
+    Interrupted,
+    deferred,
+    die_with_parent_preexec,
+    parent_env,
+    raise_on_signals,
+)
 from planner.io import append_jsonl, read_jsonl
 from planner.layout import Layout
 from planner.progress import PROGRESS_FILE_ENV, Bar, PhaseFile, progress
@@ -101,18 +107,99 @@ def local_profile() -> GpuProfile | None:
     try:
         import torch
 
-        name = torch.cuda.get_device_name(0).lower().replace(" ", "-")
+        name = torch.cuda.get_device_name(0)
     except ImportError:  # pragma: no cover
         return None
-    from planner.registry import builtin_gpus
+    from planner.registry import gpu_of_device
 
-    best = None
-    for gpu in builtin_gpus().values():
-        for key in [gpu.name, *gpu.aliases]:
-            k = key.lower()
-            if k in name and (best is None or len(k) > best[0]):
-                best = (len(k), gpu)
-    return best[1] if best else None
+    return gpu_of_device(name)
+
+
+def local_device() -> str:
+    """This machine's device as a validate record names it: the first GPU's name
+    (torch.cuda.get_device_name), else 'cpu'."""
+    if local_gpu_count() == 0:
+        return "cpu"
+    import torch
+
+    return torch.cuda.get_device_name(0)
+
+
+def _mem_available_bytes() -> float | None:
+    """/proc/meminfo MemAvailable (proc(5)): what new processes can take without swapping."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+@dataclass
+class RunMemory:
+    """Predicted memory of one validate run, bytes: per rank on the host and on the device, and
+    rank 0's extra for the single-process reference step (--check)."""
+
+    host_per_rank: float
+    device_per_rank: float
+    reference: float
+
+
+def run_memory(model: ModelSpec, layout: Layout, job: JobSpec, gpu: GpuProfile | None,
+               nproc_per_node: int, cuda: bool, check: bool) -> RunMemory:
+    """What a validate run holds (validate/worker.py): every rank first builds the whole model in
+    fp32 on the host (4 bytes a parameter), then keeps its shard, trained in fp32 (weights 4,
+    gradients 4, AdamW m and v 8 bytes a parameter; activations fp32 on CPUs, bf16 autocast on
+    GPUs). The shard's bytes are the cost model's memory terms (planner.costmodel.memory: 16-bit
+    weights, the recipe's gradients, 12 bytes of fp32 master + Adam) rescaled to those widths.
+    The reference step (rank 0 with --check) adds a copy of the model and its gradients."""
+    from planner.costmodel import estimate
+    from planner.costmodel.memory import GRAD_BYTES_BY_ZERO, OPTIMIZER_BYTES, WEIGHT_BYTES
+    from planner.registry import load_gpu
+
+    full = 4.0 * model.num_params
+    gib = 2**30
+    try:
+        cluster = ClusterSpec(gpu=gpu or load_gpu("H100"), num_nodes=max(
+            1, layout.num_gpus // nproc_per_node), gpus_per_node=nproc_per_node)
+        est = estimate(model, cluster, job, layout)
+        grad_bytes = float(GRAD_BYTES_BY_ZERO[layout.zero])
+        state = gib * (est.mem_weights_gb * 4 / WEIGHT_BYTES + est.mem_grads_gb * 4 / grad_bytes
+                       + est.mem_optimizer_gb * 8 / OPTIMIZER_BYTES)
+        shard = state + gib * (est.mem_activations_gb * (1 if cuda else 2) + est.mem_other_gb)
+    except (LayoutError, SpecError, ValueError):  # no estimate: the whole model per rank
+        shard = 4 * full
+    host = full if cuda else max(full, shard)
+    return RunMemory(host_per_rank=host, device_per_rank=shard if cuda else 0.0,
+                     reference=2 * full if check else 0.0)
+
+
+def check_machine(model: ModelSpec, layout: Layout, job: JobSpec, gpu: GpuProfile | None,
+                  nproc_per_node: int, check: bool = True) -> None:
+    """SpecError (one line, exit 2) before launching a run this machine cannot hold: the ranks'
+    predicted host memory (run_memory) against /proc/meminfo MemAvailable, and on GPUs each
+    rank's device memory against torch.cuda.mem_get_info's free bytes."""
+    gpus = local_gpu_count()
+    need = run_memory(model, layout, job, gpu, nproc_per_node, gpus > 0, check)
+    gib = 2**30
+    host = nproc_per_node * need.host_per_rank + need.reference
+    available = _mem_available_bytes()
+    if available is not None and host > available:
+        raise SpecError(
+            f"{model.name} {layout} needs about {host / gib:.1f} GiB of host memory here "
+            f"({nproc_per_node} ranks x {need.host_per_rank / gib:.1f} GiB"
+            + (f" + {need.reference / gib:.1f} GiB for the --check reference" if check else "")
+            + f"), {available / gib:.1f} GiB available: scale the model down (--layers, "
+            "--hidden, ...) or use fewer ranks")
+    if gpus > 0 and need.device_per_rank > 0:
+        import torch
+
+        free = min(torch.cuda.mem_get_info(i)[0] for i in range(min(gpus, nproc_per_node)))
+        if need.device_per_rank > free:
+            raise SpecError(
+                f"{model.name} {layout} needs about {need.device_per_rank / gib:.1f} GiB per "
+                f"GPU here, {free / gib:.1f} GiB free: scale the model down or shard more")
 
 
 def predict(model: ModelSpec, layout: Layout, job: JobSpec, gpu: GpuProfile | None,
@@ -303,14 +390,15 @@ def end_process_tree(root: int, tag: str | None = None, grace_s: float = KILL_GR
 
 
 def _find_record(out: Path, run_id: str) -> dict[str, Any] | None:
+    """The record of `run_id` in `out` (the last one), whatever else the file holds."""
     if not out.is_file():
         return None
     try:
-        records = read_jsonl(out)
+        records = read_jsonl(out, warn=False)  # other lines (torn, comments) are not ours
     except SpecError:
         return None
     for rec in reversed(records):
-        if rec.get("run_id") == run_id:
+        if isinstance(rec, dict) and rec.get("run_id") == run_id:
             return rec
     return None
 
@@ -353,7 +441,7 @@ def run_torchrun(command: list[str], env: dict[str, str], log: Path, timeout_s: 
     move `bar` while it runs."""
     timed_out = False
     tag = uuid.uuid4().hex[:16]
-    full_env = {**os.environ, **env, RUN_TAG_ENV: tag}
+    full_env = {**os.environ, **env, RUN_TAG_ENV: tag, **parent_env()}  # workers watch us
     phases = None
     if progress_file is not None:
         full_env[PROGRESS_FILE_ENV] = str(progress_file)
@@ -362,8 +450,11 @@ def run_torchrun(command: list[str], env: dict[str, str], log: Path, timeout_s: 
     with raise_on_signals(), open(log, "w") as log_file:
         try:
             with deferred():  # a signal while starting is raised once the handle is held
+                # SIGKILL of the planner ends torchrun (parent-death signal) and its workers
+                # (their watchdog: planner.interrupts.exit_with_launcher)
                 proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
-                                        env=full_env, start_new_session=True)
+                                        env=full_env, start_new_session=True,
+                                        preexec_fn=die_with_parent_preexec())
             deadline = time.monotonic() + timeout_s
             while True:
                 try:

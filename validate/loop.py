@@ -66,6 +66,22 @@ def default_validate_run(steps: int = 4, warmup: int = 1, timeout_s: float = 600
                          nnodes=cluster.num_nodes, timeout_s=timeout_s, **options)
         return execute(launch, timeout_s=timeout_s)
 
+    def preflight(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout) -> None:
+        """SpecError before any run when this machine is not the cluster's GPU, or cannot hold
+        the run (planner.validate.launch.check_machine)."""
+        from planner.errors import SpecError
+        from planner.measured.runs import profile_device_mismatch
+        from planner.validate.launch import check_machine, local_device
+
+        why = profile_device_mismatch(cluster.gpu, local_device())
+        if why:
+            raise SpecError(f"--calibrate runs the plans on this machine, {why}: measure this "
+                            "machine with `planner profile --out here.yaml` and pass --profile "
+                            "here.yaml (its runs then calibrate that profile)")
+        check_machine(model, layout, job, cluster.gpu, cluster.gpus_per_node,
+                      check=options.get("check", True))
+
+    run.preflight = preflight  # type: ignore[attr-defined]
     return run
 
 
@@ -102,6 +118,9 @@ def closed_loop(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
     plans_before = candidates[:top_k]
     already = _count_lines(runs_path)
     validated = [plan.layout for plan in choose_calibration_plans(candidates, n)]
+    preflight = getattr(validate_run, "preflight", None)
+    for layout in validated if preflight is not None else []:  # refuse before any run starts
+        preflight(model, cluster, job, layout)
     with progress(f"validating {len(validated)} plans", len(validated)) as bar:
         for i, layout in enumerate(validated):
             bar.update(description=f"validating plan {i + 1}/{len(validated)}: {layout}")
@@ -135,7 +154,8 @@ def closed_loop(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
 
 
 def _count_lines(path: Path) -> int:
-    """Records already in the file (non-blank lines), so the loop fits only its own."""
+    """Lines already in the file, so the loop fits only its own records (load_records names a
+    record by its line)."""
     if not path.is_file():
         return 0
-    return sum(1 for line in path.read_text().splitlines() if line.strip())
+    return len(path.read_text(errors="replace").splitlines())  # the run ids' line numbers

@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.experimental import context_parallel
 
+from planner.interrupts import exit_with_launcher
 from planner.io import append_jsonl
 from planner.progress import report_phase
 
@@ -322,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="planner validate worker (run under torchrun)")
     parser.add_argument("--config", required=True, help="RunConfig JSON written by the launcher")
     ns = parser.parse_args(argv)
+    exit_with_launcher()  # the planner killed outright: end, do not train on to the end
     cfg = read_config(ns.config)
     device, backend = _device()
     threads = os.environ.get("PLANNER_THREADS")

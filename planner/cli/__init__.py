@@ -61,9 +61,36 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'planner.cli' has no attribute {name!r}")
 
 
+# Columns of help and tables when stdout is not a terminal (a pipe, a file): rich falls back to
+# 80, which cuts option names and values in --help ("NODESxPERNODExGP…"). COLUMNS, when set,
+# wins (the README says how to widen or narrow the output).
+PIPED_WIDTH = 160
+
+
+def piped_width() -> bool:
+    """Draw help and tables PIPED_WIDTH columns wide when stdout is not a terminal and the
+    user set no COLUMNS (rich and typer read COLUMNS for their console width). True when it
+    set COLUMNS (main() removes it again: an in-process caller keeps its environment)."""
+    import os
+
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        os.environ["COLUMNS"] = str(PIPED_WIDTH)
+        return True
+    return False
+
+
 def main() -> None:
-    """Console-script entry point: exit with run()'s code."""
-    sys.exit(run())
+    """Console-script entry point: exit with run()'s code (help and tables PIPED_WIDTH wide
+    when stdout is not a terminal)."""
+    import os
+
+    added = piped_width()
+    try:
+        code = run()
+    finally:
+        if added:
+            os.environ.pop("COLUMNS", None)
+    sys.exit(code)
 
 
 def run(argv: list[str] | None = None) -> int:

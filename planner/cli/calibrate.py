@@ -25,7 +25,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.options import output_option
+from planner.cli.options import output_file, output_option
 from planner.cli.typer_app import app
 
 RunsOpt = Annotated[list[Path], typer.Option(
@@ -42,7 +42,11 @@ CvOpt = Annotated[bool, typer.Option("--cv/--no-cv", help="Cross-validate (leave
 MAX_WARNINGS = 10  # model disagreements printed (one per row)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")]
 PlotOpt = Annotated[Path | None, typer.Option(
-    "--plot", help="Also draw predicted vs measured with the band (.png or .svg).")]
+    "--plot", callback=output_file,
+    help="Also draw predicted vs measured with the band (.png or .svg).")]
+ForceOpt = Annotated[bool, typer.Option(
+    "--force", help="Fit even when the records were measured on another device than the "
+    "profile describes (CPU records against a GPU profile).")]
 StackOpt = Annotated[str | None, typer.Option(
     "--stack", help="Software stack of the runs (preset or framework text; planner stacks): the "
     "fit starts from its preset. Default: the stack the runs name, else megatron-core.")]
@@ -52,7 +56,7 @@ StackOpt = Annotated[str | None, typer.Option(
 def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitOpt = None,
                   source: SourceOpt = None, cv: CvOpt = True, json_out: JsonOpt = False,
                   plot: PlotOpt = None,
-                  stack: StackOpt = None) -> None:
+                  stack: StackOpt = None, force: ForceOpt = False) -> None:
     """Fit the profile's efficiency parameters to measured runs and write a new profile."""
     import json
     from contextlib import nullcontext
@@ -62,14 +66,24 @@ def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitO
     from planner.calibrate import calibrate, profile_yaml
     from planner.calibrate.report import fit_summary, print_fit
     from planner.errors import SpecError
-    from planner.io import write_text_atomic
-    from planner.measured.runs import load_runs
+    from planner.io import write_bytes_atomic, write_text_atomic
+    from planner.measured.runs import device_mismatch, load_runs
     from planner.progress import hidden, progress
     from planner.registry import load_gpu
 
     if plot is not None and plot.suffix.lower() not in (".png", ".svg"):
         raise SpecError(f"--plot {plot}: use a .png or .svg file name")
+    if json_out and str(out) == "-":
+        raise SpecError("--json and --out - would both write to stdout; give --out a file name")
     gpu = load_gpu(profile)
+    if fit:  # every input checked before the runs are read (and warned about)
+        from planner.specs.adjust import knobs_for
+
+        known = [k.name for k in knobs_for(gpu)]
+        unknown = sorted({n.strip() for n in fit.split(",") if n.strip()} - set(known))
+        if unknown:
+            raise SpecError(f"unknown fit parameter(s): {', '.join(unknown)}; known: "
+                            + ", ".join(known))
     measured, skipped = [], []
     for path in runs:
         more, less = load_runs(path, gpu)
@@ -79,6 +93,10 @@ def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitO
         measured = [r for r in measured if r.source_id in source]
         skipped = [s for s in skipped if s.source_id in source]
     measured = matching_gpu(measured, gpu)
+    mismatch = device_mismatch(measured, gpu)
+    if mismatch and not force:
+        raise SpecError(f"{mismatch}: fit a profile of the device the runs ran on (`planner "
+                        "profile` makes one), or pass --force")
     for line in [w for r in measured for w in r.extra.get("warnings", [])][:MAX_WARNINGS]:
         typer.echo(f"warning: {line}", err=True)
     if not measured:
@@ -96,17 +114,23 @@ def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitO
             from planner.calibrate.fewshot import few_shot_fit
 
             result = few_shot_fit(gpu, measured, stack=preset, cross_validate=cv)
-    write_text_atomic(out, profile_yaml(result.profile))
-    if plot is not None:
-        from planner.figures import calibration_figure, save
+    figure = None
+    if plot is not None:  # drawn before anything is written: a failure leaves both untouched
+        from planner.figures import calibration_figure, figure_bytes
 
-        save(calibration_figure(result), plot)
+        figure = figure_bytes(calibration_figure(result), plot)
+    write_text_atomic(out, profile_yaml(result.profile))
+    if figure is not None:
+        write_bytes_atomic(plot, figure)
+    if mismatch:
+        typer.echo(f"warning: {mismatch} (fitted anyway: --force)", err=True)
     if json_out:
         typer.echo(json.dumps(fit_summary(result, skipped), indent=2))
         return
-    console = Console()
+    console = Console(stderr=str(out) == "-")  # stdout carries the profile with --out -
     print_fit(result, console, skipped)
-    console.print(f"wrote {out}")
+    if str(out) != "-":
+        console.print(f"wrote {out}")
 
 
 def matching_gpu(runs, gpu):

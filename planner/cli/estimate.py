@@ -4,7 +4,7 @@
     planner estimate --model llama3-70b --cluster 64xH100 --tp 8 --pp 4 --zero 1 --json
     planner estimate --model gpt3-175b --cluster 16x8xA100 --tp 8 --pp 8 --vpp 3 --csv plan.csv
 
-Knobs not given take these defaults: dp = GPUs / (tp * pp * cp), cp = ep = vpp = mbs = 1,
+Knobs not given take these defaults: dp = GPUs / (tp * pp * cp), cp = ep = vpp = mbs = 1, etp = tp,
 zero = 1 (Megatron's distributed optimizer), recompute = selective, sp on when tp > 1.
 A layout that does not fit is still estimated (fits false, with what overflows); degrees that do
 not multiply to the GPU count or do not divide heads, layers or the batch exit 2.
@@ -33,7 +33,7 @@ from planner.cli.options import (
 )
 from planner.cli.typer_app import app
 from planner.errors import LayoutError
-from planner.layout import default_layout
+from planner.layout import Layout, default_layout
 
 ESTIMATE_HELP = (
     "Predict step time, throughput, MFU and the memory of the most loaded GPU for one layout.\n\n"
@@ -65,6 +65,8 @@ def estimate_cmd(
     model_spec, cluster_spec, job, pins = inputs.model, inputs.cluster, inputs.job, inputs.pins
     run_in, counts = inputs.economics, inputs.stage_layers
     pp = pins.get("pp", len(counts) or None)
+    if not counts and inputs.config is not None and len(inputs.config.imported.stage_layers) == pp:
+        counts = inputs.config.imported.stage_layers  # the config's uneven split (vpp 1)
     if "tp" not in pins or pp is None:
         raise LayoutError("estimate needs --tp and --pp (use `planner solve` to search them)")
     # what the stack cannot change, where the user did not say
@@ -73,12 +75,18 @@ def estimate_cmd(
     layout = default_layout(cluster_spec.num_gpus, str(cluster_spec), tp=pins["tp"], pp=pp,
                             **knobs)
     layout = dataclasses.replace(layout, stage_layers=counts)
+    if "etp" not in pins and model_spec.is_moe and layout.etp == 0:
+        layout = _fold_experts(layout)
     plan = Plan(*estimate_placed(model_spec, cluster_spec, job, layout))
     plan = with_economics([plan], model_spec, cluster_spec, run_in)[0]
-    from planner import report
-    from planner.costmodel.checks import layout_warnings
+    from planner.published import mark_cluster_plans, note
 
-    for line in layout_warnings(cluster_spec, layout):
+    marked, limit = mark_cluster_plans([plan], cluster_spec, inputs.stack.name, job.precision)
+    plan = marked[0]
+    from planner import report
+    from planner.costmodel.checks import layout_warnings, plan_warnings
+
+    for line in layout_warnings(cluster_spec, layout) + plan_warnings(cluster_spec, job, plan):
         typer.echo(f"warning: {line}", err=True)
 
     if csv is not None:
@@ -102,5 +110,22 @@ def estimate_cmd(
     )
     report.print_estimate(plan, console)
     report.print_run_notes(plan, run_in, inputs.ref_lr, inputs.ref_batch, console)
+    flagged = note([plan], limit)
+    if flagged:
+        console.print("! " + flagged, markup=False)
     if csv is not None:
         console.print(f"wrote {csv}")
+
+
+def _fold_experts(layout: Layout) -> Layout:
+    """The layout with etp 1 where Megatron's default etp = tp does not fold (etp*ep must
+    divide tp*cp*dp; e.g. Qwen3-235B's tp 2, dp 16, ep 32, run with expert-TP 1), saying so."""
+    from planner.costmodel.checks import expert_fold_allowed
+
+    lo = layout
+    if expert_fold_allowed(lo.tp, lo.cp, lo.dp, lo.ep, lo.tp) or not expert_fold_allowed(
+            lo.tp, lo.cp, lo.dp, lo.ep, 1):
+        return layout
+    typer.echo(f"note: etp = tp = {lo.tp} does not fold with ep={lo.ep} over tp*cp*dp = "
+               f"{lo.tp * lo.cp * lo.dp} ranks; estimating etp=1 (give --etp to choose)", err=True)
+    return dataclasses.replace(layout, etp=1)

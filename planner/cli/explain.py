@@ -31,6 +31,7 @@ from planner.cli.options import (
     JsonOpt,
     ModelOpt,
     output_file,
+    output_folder,
     with_economics,
 )
 from planner.cli.typer_app import app
@@ -39,8 +40,9 @@ from planner.errors import LayoutError, SpecError
 RankOpt = Annotated[int | None, typer.Option(
     "--rank", min=1, max=limits.MAX_TOP,
     help="Explain the N-th plan of the ranking (solve with the same options).")]
-FiguresOpt = Annotated[Path | None, typer.Option(
-    "--figures", help="Write the plan's figures here (schedule, memory, pareto; PNG and SVG).")]
+FiguresOpt = Annotated[str | None, typer.Option(  # str: an empty value is refused, not "."
+    "--figures", callback=output_folder,
+    help="Write the plan's figures here (schedule, memory, pareto; PNG and SVG).")]
 HtmlOpt = Annotated[Path, typer.Option("--html", callback=output_file,
                                        help="Write the HTML report here.")]
 TopOpt = Annotated[int, typer.Option("--top", min=1, max=limits.MAX_TOP,
@@ -111,6 +113,7 @@ def explain_cmd(
 ) -> None:
     """Explain one plan: where the time and memory go, what binds, the change that helps most
     (re-estimated), and why its neighbours in the ranking lose."""
+    from planner.costmodel import memory_status
     from planner.explanation import explain
     from planner.report import run_note_lines
     inputs = resolve_inputs(ctx, pools=True)
@@ -118,8 +121,14 @@ def explain_cmd(
     run_in = inputs.economics
     plan, ranked = resolve_plan(model_spec, cluster_spec, job, pins, rank, 10)
     plan = with_economics([plan], model_spec, cluster_spec, run_in)[0]
+    from planner.published import mark_cluster_plans, note
+
+    marked, limit = mark_cluster_plans([plan], cluster_spec, inputs.stack.name, job.precision)
+    plan = marked[0]
     exp = explain(model_spec, cluster_spec, job, plan, ranked)
-    lines = exp.lines() + run_note_lines(plan, run_in, inputs.ref_lr, inputs.ref_batch)
+    flagged = note([plan], limit)
+    lines = exp.lines() + ([flagged] if flagged else []) \
+        + run_note_lines(plan, run_in, inputs.ref_lr, inputs.ref_batch)
     written = write_figures(model_spec, cluster_spec, job, plan, ranked, figures) if figures else []
     if as_json:
         import json
@@ -132,7 +141,8 @@ def explain_cmd(
             "changes": [{"change": c.what, "layout": str(c.plan.layout),
                          "step_time_s": c.plan.estimate.step_time_s,
                          "d_step_rel": c.d_step_rel, "d_peak_gb": c.d_peak_gb,
-                         "fits": c.plan.estimate.fits} for c in exp.changes],
+                         "fits": c.plan.estimate.fits,
+                         "memory_status": memory_status(c.plan.estimate)} for c in exp.changes],
             "neighbours": exp.neighbours, "text": lines,
             "figures": [str(p) for p in written]}, indent=2))
         return
@@ -166,7 +176,7 @@ def report_cmd(
     from planner.report import job_label, run_note_lines
     from planner.search import solve
 
-    if html.suffix.lower() not in (".html", ".htm"):
+    if str(html) != "-" and html.suffix.lower() not in (".html", ".htm"):
         raise SpecError(f"--html {html}: use a .html file name")
     inputs = resolve_inputs(ctx, pools=True)
     model_spec, cluster_spec, job, pins = inputs.model, inputs.cluster, inputs.job, inputs.pins
@@ -188,8 +198,12 @@ def report_cmd(
             groups[str(spec)] = []
     title = (f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), seq "
              f"{job.seq_len}, global batch {job.global_batch}, {job_label(cluster_spec.gpu, job)}")
-    notes = run_note_lines(winner, run_in, inputs.ref_lr, inputs.ref_batch)
-    text = html_report(model_spec, cluster_spec, job, ranked, top, exp, notes, title, groups)
+    from planner.costmodel.checks import plan_warnings
+
+    notes = [f"warning: {w}" for w in plan_warnings(cluster_spec, job, winner)]
+    text = html_report(model_spec, cluster_spec, job, ranked, top, exp,
+                       notes + run_note_lines(winner, run_in, inputs.ref_lr, inputs.ref_batch),
+                       title, groups)
     write_text_atomic(html, text)
     typer.echo(f"wrote {html} ({len(text) / 1024:.0f} KiB): {min(top, len(ranked))} plans, "
-               f"winner {winner.layout}")
+               f"winner {winner.layout}", err=str(html) == "-")

@@ -29,7 +29,6 @@ from planner.cli.options import (
     parse_stage_layers,
     stack_pins,
 )
-from planner.layout import KNOBS
 
 ECONOMICS_OPTIONS = ("train_tokens", "gpu_hour_price", "pue", "mtbf_hours", "storage_gb_per_s")
 
@@ -37,12 +36,14 @@ ECONOMICS_OPTIONS = ("train_tokens", "gpu_hour_price", "pue", "mtbf_hours", "sto
 # A command takes a group with @takes(...) and finds them in ctx.params (resolve_inputs).
 LAYOUT_KNOB_OPTIONS: dict[str, tuple[Any, Any]] = {
     "tp": (o.TpOpt, None), "pp": (o.PpOpt, None), "dp": (o.DpOpt, None), "cp": (o.CpOpt, None),
-    "ep": (o.EpOpt, None), "vpp": (o.VppOpt, None), "mbs": (o.MbsOpt, None),
+    "ep": (o.EpOpt, None), "etp": (o.EtpOpt, None), "vpp": (o.VppOpt, None),
+    "mbs": (o.MbsOpt, None),
     "zero": (o.ZeroOpt, None), "recompute": (o.RecomputeOpt, None), "sp": (o.SpOpt, None)}
 JOB_OPTIONS: dict[str, tuple[Any, Any]] = {
     "precision": (o.PrecisionOpt, o.PrecisionChoice.bf16), "attention": (o.AttentionOpt, None),
     "grad_dtype": (o.GradDtypeOpt, None), "tp_comm_overlap": (o.TpOverlapOpt, None),
-    "p2p_overlap": (o.P2pOverlapOpt, None), "stack": (o.StackOpt, None),
+    "p2p_overlap": (o.P2pOverlapOpt, None), "moe_dispatcher": (o.MoeDispatcherOpt, None),
+    "moe_capacity_factor": (o.MoeCapacityOpt, None), "stack": (o.StackOpt, None),
     "seq_len": (o.SeqLenOpt, None), "global_batch": (o.GlobalBatchOpt, None),
     "profile": (o.ProfileOpt, None)}
 RUN_ECONOMICS_OPTIONS: dict[str, tuple[Any, Any]] = {
@@ -93,7 +94,7 @@ def resolve_inputs(ctx: typer.Context, *, pools: bool = False,
 
     opt = ctx.params
     preset = resolve_stack(opt.get("stack"))
-    flags = layout_pins(**{k: opt.get(k) for k in KNOBS})
+    flags = layout_pins(**{k: opt.get(k) for k in LAYOUT_KNOB_OPTIONS})
     pins = stack_pins(preset, flags) if pin_stack else flags
     recipe = {k: opt.get(k) for k in RECIPE_OPTIONS}
     model, cluster, job, current, resolved = inputs(

@@ -32,7 +32,8 @@ MaybeClusterOpt = Annotated[str | None, typer.Option(
 ConfigOpt = Annotated[Path | None, typer.Option(
     "--config", help="A launcher config to start from (Megatron-LM arguments or script, "
     "NeMo/Megatron-Bridge YAML, torchtitan config, DeepSpeed JSON or script; detected by "
-    "content): its model and layout, flags override.")]
+    "content; FILE.py:FUNCTION picks one function of a torchtitan config registry): its "
+    "model and layout, flags override.")]
 ToOpt = Annotated[LauncherChoice, typer.Option("--to", help="The launcher to write for.")]
 ExportOpt = Annotated[LauncherChoice | None, typer.Option(
     "--export", help="Also write the winner as this launcher's configuration (see --out).")]
@@ -42,7 +43,8 @@ OutOpt = Annotated[Path | None, typer.Option(
 RankOpt = Annotated[int, typer.Option("--rank", min=1, max=limits.MAX_TOP,
                                       help="Which ranked plan to write.")]
 
-RECIPE_OPTIONS = ("precision", "attention", "grad_dtype", "tp_comm_overlap", "p2p_overlap")
+RECIPE_OPTIONS = ("precision", "attention", "grad_dtype", "tp_comm_overlap", "p2p_overlap",
+                  "moe_dispatcher", "moe_capacity_factor")
 
 
 def given(ctx: typer.Context, names: tuple[str, ...]) -> set[str]:
@@ -77,7 +79,7 @@ def inputs(ctx: typer.Context, config: Path | None, model: str | None, cluster: 
 
     imported = read_config(config)
     typed = given(ctx, RECIPE_OPTIONS)
-    job_overrides = {k: unwrap[k] for k in typed}
+    job_overrides = {k: unwrap[k] for k in typed if k in unwrap}
     job_overrides.update(seq_len=seq_len, global_batch=global_batch)
     gpu = load_gpu(str(profile)) if profile is not None else None
     resolved = resolve(imported, model, cluster, gpu, job_overrides, pins)
@@ -95,6 +97,35 @@ def inputs(ctx: typer.Context, config: Path | None, model: str | None, cluster: 
     return resolved.model, cluster_spec, job, resolved.pins, resolved
 
 
+def first_runnable(launcher: LauncherChoice | str, plans: list, model_spec, cluster_spec,
+                   job):
+    """The best of `plans` the launcher can run (its layout_problems; DeepSpeed's pipeline
+    engine: no vpp, ZeRO 0-1 with pp > 1), with the stages as the launcher splits them
+    (with_own_split, re-estimated), noted on stderr when it is not the first; SpecError when
+    none is."""
+    from planner.costmodel import estimate_placed
+    from planner.errors import SpecError
+    from planner.launchers import module
+    from planner.plan import Plan
+
+    name = launcher.value if isinstance(launcher, Enum) else launcher
+    rules = getattr(module(name), "layout_problems", None)
+    own_split = getattr(module(name), "with_own_split", None)
+    for i, plan in enumerate(plans):
+        if rules is None or not rules(plan.layout):
+            if i:
+                print(f"note: {name}: exporting plan {i + 1} ({plan.layout}), the best the "
+                      f"launcher can run", file=sys.stderr)
+            if own_split is not None:
+                layout = own_split(plan.layout, model_spec.num_hidden_layers)
+                if layout != plan.layout:
+                    plan = Plan(layout, estimate_placed(model_spec, cluster_spec, job, layout)[1])
+            return plan
+    raise SpecError(f"none of the {len(plans)} plans can run on {name} "
+                    f"({'; '.join(rules(plans[0].layout))}): use `planner export --to {name}`, "
+                    "which re-plans")
+
+
 def write_export(launcher: LauncherChoice | str, model_spec, cluster_spec, job, plan,
                  out: Path | None) -> None:
     """Write plan's layout as the launcher's config to `out` (atomically) or stdout; warnings on
@@ -108,7 +139,7 @@ def write_export(launcher: LauncherChoice | str, model_spec, cluster_spec, job, 
                                           plan.estimate.step_time_s), form)
     for warning in result.warnings:
         print(f"warning: {name}: {warning}", file=sys.stderr)
-    if out is None:
+    if out is None or str(out) == "-":
         sys.stdout.write(result.text)
     else:
         write_text_atomic(out, result.text)

@@ -35,6 +35,12 @@ class GradDtypeChoice(str, Enum):
     half_fp32 = "half+fp32"
 
 
+class MoeDispatcherChoice(str, Enum):
+    alltoall = "alltoall"
+    allgather = "allgather"
+    deepep = "deepep"
+
+
 class PrecisionChoice(str, Enum):
     bf16 = "bf16"
     fp16 = "fp16"
@@ -51,6 +57,27 @@ def output_file(ctx: typer.Context, param: typer.CallbackParam, value: Path | No
     if value is None or ctx.resilient_parsing:
         return value
     return check_output_file(value, param.opts[0] if param.opts else "output file")
+
+
+def record_file(ctx: typer.Context, param: typer.CallbackParam, value: Path | None):
+    """A run-records option (JSON lines appended, then read back): an output file that is a
+    regular file or none yet; not "-", a device or a FIFO (planner.io.check_records_file)."""
+    from planner.io import check_records_file
+
+    if value is None or ctx.resilient_parsing:
+        return value
+    return check_records_file(value, param.opts[0] if param.opts else "runs file")
+
+
+def output_folder(ctx: typer.Context, param: typer.CallbackParam, value: str | None):
+    """An output folder option (figures; declared str, so an empty value is seen and refused
+    rather than read as "."): refuse an existing file, a path under one, an unwritable place or
+    a name too long before any work (planner.io.check_output_folder). Returns a Path."""
+    from planner.io import check_output_folder
+
+    if value is None or ctx.resilient_parsing:
+        return value
+    return check_output_folder(value, param.opts[0] if param.opts else "output folder")
 
 
 def finite_seconds(ctx: typer.Context, param: typer.CallbackParam, value: float | None):
@@ -126,6 +153,8 @@ PpOpt = _count("--pp", limits.MAX_LAYERS, "Pipeline-parallel degree.")
 DpOpt = _count("--dp", limits.MAX_GPUS, "Data-parallel degree.")
 CpOpt = _count("--cp", limits.MAX_GPUS, "Context-parallel degree.")
 EpOpt = _count("--ep", limits.MAX_EXPERTS, "Expert-parallel degree (MoE).")
+EtpOpt = _count("--etp", limits.MAX_GPUS, "Expert tensor-parallel degree (MoE; default: the TP "
+                "size). Expert groups fold over the tp*cp*dp ranks: etp*ep divides them.")
 VppOpt = _count("--vpp", limits.MAX_LAYERS,
                 "Virtual stages per GPU (interleaved 1F1B); 1 = 1F1B.")
 MbsOpt = _count("--mbs", limits.MAX_GLOBAL_BATCH, "Micro-batch size, sequences.")
@@ -179,6 +208,18 @@ P2pOverlapOpt = Annotated[
         "overlap_p2p_comm). Default: the --stack's (on for Megatron-Core).",
     ),
 ]
+MoeDispatcherOpt = Annotated[
+    MoeDispatcherChoice | None,
+    typer.Option("--moe-dispatcher", help="MoE token dispatcher: alltoall (NCCL all-to-all), "
+                 "allgather, or deepep (Megatron-Core's flex dispatcher with DeepEP). "
+                 "Default: alltoall."),
+]
+MoeCapacityOpt = Annotated[
+    float | None,
+    typer.Option("--moe-capacity-factor", min=0.01, max=1024, callback=finite,
+                 help="MoE expert capacity factor: tokens beyond it x the mean per expert are "
+                 "dropped (caps the router's load imbalance). Default: dropless."),
+]
 StackOpt = Annotated[
     str | None,
     typer.Option(
@@ -218,8 +259,13 @@ def timeout_option(help_text: str) -> Any:
 
 
 def output_option(flag: str, help_text: str, *short: str) -> Any:
-    """A file option a command writes (checked by output_file before any work)."""
+    """A file option a command writes (checked by output_file before any work; "-" = stdout)."""
     return Annotated[Path, typer.Option(flag, *short, callback=output_file, help=help_text)]
+
+
+def records_option(flag: str, help_text: str, *short: str) -> Any:
+    """A JSON-lines file of run records a command appends to (checked by record_file)."""
+    return Annotated[Path, typer.Option(flag, *short, callback=record_file, help=help_text)]
 
 
 def layout_pins(**values: Any) -> dict[str, Any]:
@@ -258,6 +304,8 @@ def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | N
                 attention: AttentionChoice | None = None,
                 grad_dtype: GradDtypeChoice | None = None,
                 tp_comm_overlap: bool | None = None, p2p_overlap: bool | None = None,
+                moe_dispatcher: MoeDispatcherChoice | None = None,
+                moe_capacity_factor: float | None = None,
                 stack: Any = None, pools: bool = False):
     """Resolve --model/--cluster/--profile/--seq-len/--global-batch/--precision and the job
     recipe to specs. `stack` (a StackPreset, a name or free text; None = megatron-core) sets the
@@ -279,7 +327,8 @@ def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | N
         precision=precision.value,
     ), stack if isinstance(stack, str) else "")
     given = layout_pins(attention=attention, grad_dtype=grad_dtype,
-                        tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap)
+                        tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap,
+                        moe_dispatcher=moe_dispatcher, moe_capacity_factor=moe_capacity_factor)
     if given:
         job = job.model_copy(update=given)
     return model_spec, cluster_spec, job

@@ -75,7 +75,8 @@ def profile_cmd(
             cmd.append("--quick")
         env = {} if cuda else cpu_thread_env(per_node)
         console.print("torchrun command:", highlight=False)
-        typer.echo(" ".join([*(f"{k}={v}" for k, v in env.items()), *cmd]))
+        typer.echo(" ".join([*(f"{k}={v}" for k, v in env.items()), *cmd]),
+                   err=str(out) == "-")  # stdout carries the profile with --out -
         log = Path(tmp) / "torchrun.log"
         try:
             with progress("profile: starting torchrun") as bar:
@@ -92,7 +93,7 @@ def profile_cmd(
             raise PlannerError(f"profiling failed ({why}); {out} not written")
         raw = json.loads(raw_path.read_text())
     spec = local_profile() if cuda else None
-    profile = build_profile(raw, name or out.stem, spec)
+    profile = build_profile(raw, name or (out.stem if str(out) != "-" else "profile"), spec)
     write_profile(profile, out)
     for name_, why in raw.get("gemm_skipped", {}).items():
         console.print(f"GEMM {name_} {why}", highlight=False)

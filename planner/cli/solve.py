@@ -15,6 +15,8 @@ pins no valid layout can honour exit 2.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -42,7 +44,7 @@ from planner.cli.options import (
     JsonOpt,
     StageLayersOpt,
     output_file,
-    output_option,
+    records_option,
     with_economics,
 )
 from planner.cli.typer_app import app
@@ -58,7 +60,7 @@ CalibrateOpt = Annotated[
         help="Closed loop: validate the top N plans here (torchrun), refit the profile, re-rank.",
     ),
 ]
-RunsOpt = output_option("--runs", "With --calibrate: run records are appended here.")
+RunsOpt = records_option("--runs", "With --calibrate: run records are appended here.")
 TpAcrossNodesOpt = Annotated[
     bool,
     typer.Option(
@@ -72,6 +74,20 @@ ProfileOutOpt = Annotated[
     typer.Option("--profile-out", callback=output_file,
                  help="With --calibrate: write the fitted profile here."),
 ]
+
+
+@contextmanager
+def _empty_json_when_infeasible(as_json: bool) -> Iterator[None]:
+    """With --json, nothing that fits is an empty list on stdout (the diagnosis on stderr, exit
+    1 as the contract says)."""
+    from planner.errors import InfeasibleError
+
+    try:
+        yield
+    except InfeasibleError:
+        if as_json:
+            typer.echo("[]")
+        raise
 
 
 @app.command("solve")
@@ -96,36 +112,50 @@ def solve_cmd(
 ) -> None:
     """Search the layouts (CP-SAT) and print the best that fit: the tie with the fastest (by
     robustness), then the rest by predicted step time."""
+    from planner.errors import SpecError
     from planner.search import search
 
     if out is not None and export is None:
-        from planner.errors import SpecError
-
         raise SpecError("--out goes with --export LAUNCHER")
+    if str(csv) == "-" and (as_json or (export is not None and str(out) in ("None", "-"))):
+        raise SpecError("--csv - and " + ("--json" if as_json else "--export without --out")
+                        + " would both write to stdout; give --csv a file name")
     # with --config, the config's layout (inputs.pins) is the one compared; typed flags pinned
     inputs = resolve_inputs(ctx, pools=True)
     model_spec, cluster_spec, job = inputs.model, inputs.cluster, inputs.job
     pins = inputs.typed_pins
     comparison = loop = None
-    if calibrate is not None:
-        loop = _closed_loop(inputs, calibrate, runs, top, profile_out, as_json, tp_across_nodes)
-        plans = loop.plans_after
-        tied_total = sum(p.tied_with_best for p in plans)
-    elif inputs.config is not None:
-        from planner.cli.solve_config import compare_config
+    with _empty_json_when_infeasible(as_json):
+        if calibrate is not None:
+            loop = _closed_loop(inputs, calibrate, runs, top, profile_out, as_json,
+                                tp_across_nodes)
+            plans = loop.plans_after
+            tied_total = sum(p.tied_with_best for p in plans)
+        elif inputs.config is not None:
+            from planner.cli.solve_config import compare_config
 
-        plans, comparison = compare_config(model_spec, cluster_spec, job, pins, inputs.pins, top)
-        tied_total = sum(p.tied_with_best for p in plans)
-    else:
-        result = search(model_spec, cluster_spec, job, pins, top_k=top,
-                        stage_layers=inputs.stage_layers, even_stages=even_stages,
-                        tp_across_nodes=tp_across_nodes)
-        plans, tied_total = result.plans(), result.tied_total
+            plans, comparison = compare_config(model_spec, cluster_spec, job, pins, inputs.pins,
+                                               top)
+            tied_total = sum(p.tied_with_best for p in plans)
+        else:
+            result = search(model_spec, cluster_spec, job, pins, top_k=top,
+                            stage_layers=inputs.stage_layers, even_stages=even_stages,
+                            tp_across_nodes=tp_across_nodes)
+            plans, tied_total = result.plans(), result.tied_total
     plans = with_economics(plans, model_spec, cluster_spec, inputs.economics)
-    from planner import report
+    from planner.published import mark_cluster_plans
 
+    plans, limit = mark_cluster_plans(plans, cluster_spec, inputs.stack.name, job.precision)
+    from planner import report
+    from planner.costmodel.checks import plan_warnings
+
+    for line in plan_warnings(cluster_spec, job, plans[0]) if plans else []:
+        typer.echo(f"warning: {line}", err=True)
     if export is not None:
-        write_export(export, model_spec, cluster_spec, job, plans[0], out)
+        from planner.cli.launcher_options import first_runnable
+
+        write_export(export, model_spec, cluster_spec, job,
+                     first_runnable(export, plans, model_spec, cluster_spec, job), out)
     if csv is not None:
         report.write_plans_csv(plans, csv)
     if as_json:
@@ -138,13 +168,15 @@ def solve_cmd(
         return
     from rich.console import Console
 
-    console = Console(stderr=export is not None and out is None)
-    _print(console, inputs, plans, tied_total, loop, comparison)
-    if csv is not None:
+    # the table goes to stderr when stdout carries a file (--export without --out, --csv -)
+    console = Console(stderr=(export is not None and (out is None or str(out) == "-"))
+                      or str(csv) == "-")
+    _print(console, inputs, plans, tied_total, loop, comparison, limit)
+    if csv is not None and str(csv) != "-":
         console.print(f"wrote {csv}")
 
 
-def _print(console, inputs, plans, tied_total, loop, comparison) -> None:
+def _print(console, inputs, plans, tied_total, loop, comparison, limit) -> None:
     """The table, the winner's run, warnings, the tie, the config comparison, the loop's fit."""
     from planner import report
 
@@ -162,6 +194,11 @@ def _print(console, inputs, plans, tied_total, loop, comparison) -> None:
     if plans:
         report.print_run_notes(plans[0], inputs.economics, inputs.ref_lr, inputs.ref_batch,
                                 console)
+    from planner.published import note
+
+    flagged = note(plans, limit)
+    if flagged:
+        console.print("! " + flagged, markup=False)
     from planner.costmodel.checks import layout_warnings
 
     crossing = [p.rank for p in plans if layout_warnings(cluster_spec, p.layout)]
@@ -169,17 +206,8 @@ def _print(console, inputs, plans, tied_total, loop, comparison) -> None:
         console.print(f"warning: plans {', '.join(map(str, crossing))} run tp across NVLink "
                       "domains (over the scale-out network)")
     if tied_total > 1:
-        shown = sum(p.tied_with_best for p in plans)
-        best = plans[0].estimate
-        rel = (best.step_time_high_s - best.step_time_low_s) / (2 * best.step_time_s)
         calibrated = loop is not None or cluster_spec.gpu.step_time_rel_error is not None
-        source = "the profile's calibrated" if calibrated else "the stock model's"
-        console.print(
-            f"{tied_total} layouts tie with the fastest ({shown} shown, marked '='): their "
-            f"step-time bands overlap ({source} +/-{rel:.1%}, 1 sigma); within the tie the "
-            "ranking prefers the layout least exposed to communication and bubble time, then "
-            "lower memory (docs/ranking.md)"
-        )
+        console.print(report.tie_note(plans, tied_total, calibrated))
     if comparison is not None:
         from planner.search.compare import describe
 

@@ -13,7 +13,7 @@ from planner.specs import ClusterSpec, JobSpec, ModelSpec
 def current_layout(pins: dict[str, Any], num_gpus: int) -> Layout:
     """The config's layout; knobs it leaves out take `planner estimate`'s defaults (one home:
     planner.layout.default_layout)."""
-    rest = {k: pins.get(k) for k in KNOBS if k not in ("tp", "pp")}
+    rest = {k: pins.get(k) for k in (*KNOBS, "etp") if k not in ("tp", "pp")}
     return default_layout(num_gpus, f"{num_gpus} GPUs", tp=pins.get("tp", 1),
                           pp=pins.get("pp", 1), **rest)
 

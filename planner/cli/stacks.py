@@ -46,10 +46,15 @@ def stacks_cmd(as_json: JsonOpt = False) -> None:
         recipe = " ".join(f"{k}={v}" for k, v in p.recipe.job_fields().items()) or "defaults"
         if p.layout_defaults:
             recipe += "; " + " ".join(f"{k}={v}" for k, v in p.layout_defaults.items())
+        gemm = f"{p.factors.gemm_scale:.3g}"
+        layer = ("profile" if p.factors.layer_overhead_us is None
+                 else f"{p.factors.layer_overhead_us:.0f}")
+        for cls, f in p.gpu_factors.items():  # factors kept on one GPU class (borrowed curve)
+            gemm += f"; {cls} {f.gemm_scale:.3g}"
+            layer += f"; {cls} " + ("profile" if f.layer_overhead_us is None
+                                    else f"{f.layer_overhead_us:.0f}")
         table.add_row(
-            p.name, recipe, f"{p.factors.gemm_scale:.3g}",
-            "profile" if p.factors.layer_overhead_us is None
-            else f"{p.factors.layer_overhead_us:.0f}",
+            p.name, recipe, gemm, layer,
             f"{', '.join(prov.fitted_on)} ({prov.runs})" if p.fitted
             else "none: stock",
             _err(prov.in_sample), _err(prov.out_of_sample))

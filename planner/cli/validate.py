@@ -43,8 +43,8 @@ from planner.cli.options import (
     TpOpt,
     VppOpt,
     ZeroOpt,
-    output_option,
     parse_stage_layers,
+    records_option,
     timeout_option,
 )
 from planner.cli.typer_app import app
@@ -57,7 +57,7 @@ def _dim(flag: str, what: str, upper: int):
 @app.command("validate")
 def validate_cmd(
     model: ModelOpt,
-    out: output_option("--out", "JSON-lines file to append to.", "-o"),
+    out: records_option("--out", "JSON-lines file to append to.", "-o"),
     tp: TpOpt = None,
     pp: PpOpt = None,
     dp: DpOpt = None,
@@ -125,6 +125,10 @@ def validate_cmd(
     require_supported(spec, layout, job.global_batch, job.seq_len, backend)  # before torch
     gpu = load_gpu(str(profile)) if profile is not None else local_profile()
     gpu = preset.profile_for(gpu) if gpu is not None else None
+    if not print_only and layout.num_gpus % nnodes == 0:  # refuse what this machine cannot hold
+        from planner.validate.launch import check_machine
+
+        check_machine(spec, layout, job, gpu, nproc or layout.num_gpus // nnodes, check=check)
     launch = prepare(
         spec, layout, job, out=out, steps=steps, warmup=warmup, profile=gpu,
         profile_ref=str(profile) if profile is not None else (gpu.name if gpu else None),

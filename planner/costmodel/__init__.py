@@ -70,6 +70,10 @@ class Estimate:
     # per pipeline stage on a cluster of pools (empty otherwise): seconds per micro-batch, GiB
     stage_time_s: tuple[float, ...] = ()
     stage_mem_gb: tuple[float, ...] = ()
+    # what the device shows (nvidia-smi) at the peak, GiB: peak_mem_gb (what PyTorch
+    # allocates) + the caching allocator's reserve + CUDA context + NCCL buffers
+    # (memory.device_memory_gib); NaN when a cost function does not give it
+    device_mem_gb: float = float("nan")
 
     def columns(self) -> dict[str, Any]:
         """The plan columns this estimate owns (plus the step-time band and, on pools, the
@@ -90,6 +94,8 @@ class Estimate:
         for f in fields(cls):
             if f.name in ("overflow", "stage_time_s", "stage_mem_gb"):
                 continue
+            if f.name == "device_mem_gb" and f.name not in cols:
+                continue  # a cost function without it (tests' stand-ins)
             v = cols[f.name][i]
             if f.type in ("int", int):
                 values[f.name] = int(v)
@@ -106,14 +112,18 @@ class Estimate:
 
 
 def memory_status(est: Estimate) -> str:
-    """'fits', 'does not fit', or 'may not fit: x GiB +- y' when the peak exceeds the usable
-    capacity by less than the memory band (1 sigma, memory.MEM_REL_ERROR): a layout that
-    measured runs so close to the line are known to run is not refused."""
-    from planner.costmodel.memory import MEM_REL_ERROR
+    """'fits', 'does not fit', or 'may not fit: x GiB +- y' when the peak is within the memory
+    band (1 sigma, memory.MEM_REL_ERROR) of the usable capacity, below it or above it: a
+    layout measured runs so close to the line are known to run is not refused, and one a few
+    percent under the line is not promised either (memory.near_capacity). The decision reads
+    peak_mem_gb (what PyTorch allocates) against the capacity left after the CUDA context,
+    NCCL buffers and allocator slack (GpuProfile.reserve_gib), never device_mem_gb: the
+    caching allocator releases its cached blocks before it reports out of memory."""
+    from planner.costmodel.memory import MEM_REL_ERROR, near_capacity
 
-    if est.fits:
-        return "fits"
     band = MEM_REL_ERROR * est.peak_mem_gb
+    if not near_capacity(est.peak_mem_gb, est.mem_capacity_gb):
+        return "fits"
     if est.peak_mem_gb - band <= est.mem_capacity_gb:
         return (f"may not fit: {est.peak_mem_gb:.1f} GiB +- {band:.1f} (1 sigma) against "
                 f"{est.mem_capacity_gb:.1f} usable")

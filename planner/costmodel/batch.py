@@ -1,7 +1,7 @@
 """estimate_batch: the plan columns of many layouts at once (numpy over layouts).
 
 A short assembly of per-stage terms, each a small function in its home module:
-compute.stage_compute_time, comm.tp_stage_time / cp_stage_time / ep_stage_time (per
+compute.stage_compute_time, comm.tp_stage_time / cp_stage_time, moe.ep_stage_time (per
 micro-batch), memory.stage_state / stage_activation_bytes / stage_other_bytes (bytes on one GPU),
 comm.pp_p2p_time, comm.dp_traffic_time / dp_exposed_time and compute.optimizer_time (per step),
 pipeline.in_flight / bubble_slots. Per layout it builds the candidate stages of its (pp, vpp)
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.costmodel import comm, compute, memory, pipeline
+from planner.costmodel import comm, compute, memory, moe, pipeline
 from planner.layout import KNOBS, RECOMPUTE_LEVELS, Layout
 from planner.specs import GIB, ClusterSpec, JobSpec, ModelSpec
 
@@ -62,6 +62,9 @@ def layout_arrays(layouts: Sequence[Layout] | Mapping[str, Any]) -> dict[str, np
             )
         out["sp"] = out["sp"].astype(bool)
         out = {k: (v if k == "sp" else v.astype(np.int64)) for k, v in out.items()}
+        # expert-TP: the space's column (resolved), else the TP size (Megatron's default)
+        etp = layouts.get("etp")
+        out["etp"] = out["tp"] if etp is None else np.asarray(etp).astype(np.int64)
         if layouts.get("stage_layers") is not None:
             out["stage_layers"] = _split_column(layouts["stage_layers"])
         return out
@@ -85,6 +88,7 @@ def layout_arrays(layouts: Sequence[Layout] | Mapping[str, Any]) -> dict[str, np
     ).reshape(-1, len(KNOBS))
     out = {k: rows[:, i] for i, k in enumerate(KNOBS)}
     out["sp"] = out["sp"].astype(bool)
+    out["etp"] = np.array([lo.expert_tp for lo in layouts], dtype=np.int64)
     if any(lo.stage_layers for lo in layouts):
         out["stage_layers"] = _split_column([lo.stage_layers for lo in layouts])
     return out
@@ -149,7 +153,7 @@ def estimate_batch(
         return {k: v[:0] for k, v in estimate_batch(model, cluster, job, [Layout()]).items()}
     st = _gather_stages(model, lo["pp"], lo["vpp"], lo.get("stage_layers"),
                         prune=not all_stages)  # (N, C) stages
-    x = _Knobs.of(lo, job)
+    x = _Knobs.of(lo, job, model)
     t = _stage_times(model, cluster, job, x, st)
     mem = _stage_memory(model, cluster, job, x, st, t)
     return _assemble(model, [cluster], job, x, st, [(t, mem)], all_stages=all_stages)
@@ -164,6 +168,7 @@ class _Knobs:
     dp: np.ndarray
     cp: np.ndarray
     ep: np.ndarray
+    etp: np.ndarray  # expert-TP (the TP size unless folded otherwise)
     vpp: np.ndarray
     mbs: np.ndarray
     zero: np.ndarray
@@ -171,15 +176,18 @@ class _Knobs:
     sp: np.ndarray
     m: np.ndarray  # micro-batches per DP rank per step (grad_accum)
     tokens: np.ndarray  # local tokens per micro-batch per rank: mbs x s / cp
+    load: np.ndarray  # routed copies on the most loaded EP rank / the mean (moe.load_factor)
 
     @classmethod
-    def of(cls, lo: dict[str, np.ndarray], job: JobSpec) -> _Knobs:
+    def of(cls, lo: dict[str, np.ndarray], job: JobSpec, model: ModelSpec) -> _Knobs:
         tp, pp, dp, cp, ep = (lo[k].astype(float) for k in ("tp", "pp", "dp", "cp", "ep"))
         mbs = lo["mbs"].astype(float)
         m = np.maximum(job.global_batch // np.maximum(lo["mbs"] * lo["dp"], 1), 1).astype(float)
-        return cls(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=lo["vpp"].astype(float), mbs=mbs,
-                   zero=lo["zero"], rc=lo["recompute"], sp=lo["sp"], m=m,
-                   tokens=mbs * job.seq_len / cp)
+        etp = lo["etp"].astype(float) if "etp" in lo else tp
+        return cls(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=lo["vpp"].astype(float),
+                   mbs=mbs, zero=lo["zero"], rc=lo["recompute"], sp=lo["sp"], m=m,
+                   tokens=mbs * job.seq_len / cp,
+                   load=moe.load_factor(model, ep, job.moe_capacity_factor))
 
 
 @dataclass(frozen=True)
@@ -191,7 +199,7 @@ class _StageTimes:
     cp: np.ndarray
     ep: np.ndarray
     whole: np.ndarray  # (N,) seconds per micro-batch of all stages together (their sum)
-    a2a_bytes: np.ndarray  # (N,) bytes of one MoE dispatch per rank (buffers)
+    ep_buffer: np.ndarray  # (N,) bytes of the MoE dispatcher's buffers (moe.dispatch_buffer_bytes)
     acts: tuple[memory.LayerActivation, memory.LayerActivation]  # dense, MoE layer
     full: tuple[np.ndarray, np.ndarray]  # one layer's activations per token, no recompute
 
@@ -219,7 +227,7 @@ def _stage_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs
     dense_t = compute.layer_forward_times(model, gpu, prec, False, x.tokens, x.tp, x.ep, x.sp,
                                           s, kind)
     moe_t = (compute.layer_forward_times(model, gpu, prec, True, x.tokens, x.tp, x.ep, x.sp,
-                                         s, kind) if model.is_moe else dense_t)
+                                         s, kind, x.etp, x.load) if model.is_moe else dense_t)
     head_t = compute.head_forward_time(model, gpu, prec, x.tokens, x.tp)
     emb_t = compute.embedding_forward_time(model, gpu, x.tokens)
     comp = compute.stage_compute_time(gpu, st, dense_t, moe_t, head_t, emb_t, x.rc, kind,
@@ -228,12 +236,14 @@ def _stage_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs
                                   moe_t.gemm, job.tp_comm_overlap)
     cp_mb = comm.cp_stage_time(cluster, model, st["n_dense"] + st["n_moe"], x.tokens, x.tp, x.cp,
                                x.rc, dense_t.attention, compute.attention_backward_factor(kind))
-    a2a_bytes = comm.all_to_all_bytes(model, x.tokens, x.tp, x.sp)
-    ep_mb = comm.ep_stage_time(cluster, model, st["n_moe"], a2a_bytes, x.tp, x.ep, x.rc)
+    disp = job.moe_dispatcher
+    ep_buffer = moe.dispatch_buffer_bytes(model, disp, x.tokens, x.tp, x.sp, x.ep, x.etp, x.load)
+    ep_mb = moe.ep_stage_time(cluster, model, disp, st["n_moe"], x.tokens, x.tp, x.sp, x.ep,
+                              x.etp, x.load, x.rc)
     whole_mb = (comp.total + tp_mb + cp_mb + ep_mb)[:, -1]
     comp = compute.StageCompute(*(getattr(comp, f)[:, :-1]
                                   for f in compute.StageCompute.__dataclass_fields__))
-    return _StageTimes(comp, tp_mb[:, :-1], cp_mb[:, :-1], ep_mb[:, :-1], whole_mb, a2a_bytes,
+    return _StageTimes(comp, tp_mb[:, :-1], cp_mb[:, :-1], ep_mb[:, :-1], whole_mb, ep_buffer,
                        (layer_d, layer_m), (full_d, full_m))
 
 
@@ -258,15 +268,16 @@ def _stage_memory(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knob
     del cluster  # one GPU type; the capacity is checked by the assembly
     col = (slice(None), None)
     keys, flash = job.seq_len / x.cp, job.attention != "unfused"
-    state = memory.stage_state(st, x.tp, x.dp, x.cp, x.ep, x.zero, job.grad_dtype)
+    state = memory.stage_state(st, x.tp, x.dp, x.cp, x.ep, x.zero, job.grad_dtype, x.etp)
     act_d = memory.activation_per_token(t.acts[0], x.tp, x.sp, x.rc, keys, flash)
     act_m = (memory.activation_per_token(t.acts[1], x.tp, x.sp, x.rc, keys, flash)
+             + moe.routed_activation_extra(model, job.precision, x.tp, x.etp, x.load, x.rc)
              if model.is_moe else act_d)
     flight = pipeline.in_flight(st["index"], x.pp[col], x.vpp[col], x.m[col])
     act = memory.stage_activation_bytes(model, st, x.tokens, x.tp, x.sp, x.rc, flight,
                                         (act_d, act_m), t.full)
     other = memory.stage_other_bytes(model, job.software, job.grad_dtype, st, state, x.tokens,
-                                     x.tp, x.pp, x.ep, x.zero, t.a2a_bytes, act)
+                                     x.tp, x.pp, x.zero, t.ep_buffer, act)
     return _StageMemory(state, act, other, flight)
 
 
@@ -283,8 +294,8 @@ def dp_and_optimizer_time(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, 
     per_step, per_mb, gather = comm.dp_traffic_time(comm.Group(cluster, state.d_dense, x.tp),
                                                     pd_h, x.zero, grad_w, unit)
     if model.is_moe:
-        ps_e, pm_e, g_e = comm.dp_traffic_time(comm.Group(cluster, state.d_expert, x.tp * x.ep),
-                                               pe_h, x.zero, grad_w, unit)
+        ps_e, pm_e, g_e = comm.dp_traffic_time(
+            comm.Group(cluster, state.d_expert, x.etp * x.ep), pe_h, x.zero, grad_w, unit)
         per_step, per_mb, gather = per_step + ps_e, per_mb + pm_e, gather + g_e
     time_dp = comm.dp_exposed_time(per_step, per_mb, x.m, x.zero, at(t.compute.forward, heavy),
                                    at(t.compute.recompute, heavy), at(t.compute.backward, heavy),
@@ -376,11 +387,13 @@ def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _
     if one:
         peak_stage = np.argmax(total, axis=1)  # the most loaded GPU
         capacity = np.full(n_layouts, pools[0].gpu.usable_memory_gib)
+        hbm: Any = pools[0].gpu.memory_gib
         rel: Any = pools[0].gpu.step_time_band  # calibrated, else the stock model's error
     else:
         cap = np.array([cl.gpu.usable_memory_gib for cl in pools])[pool]
         peak_stage = np.argmin(np.where(real, cap - total / GIB, np.inf), axis=1)  # least room
         capacity = at(cap, peak_stage)
+        hbm = at(np.array([cl.gpu.memory_gib for cl in pools])[pool], peak_stage)
         rel = np.array([cl.gpu.step_time_band for cl in pools])[at(pool, slow)]
     step = time_compute + time_tp + time_cp + time_ep + bubble + time_pp_comm + time_dp + time_opt
     n_gpus = x.tp * x.pp * x.dp * x.cp
@@ -424,6 +437,9 @@ def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _
         "mem_other_gb": mem_at_peak(lambda t, mem: mem.other),
         "step_time_low_s": step * (1 - rel),
         "step_time_high_s": step * (1 + rel),
+        "device_mem_gb": memory.device_memory_gib(
+            peak_mem, mem_at_peak(lambda t, mem: mem.activations), hbm,
+            x.tp, x.pp, x.dp, x.cp, x.ep),
         "peak_stage": at(st["index"], peak_stage).astype(np.int64),
         "slow_stage": at(st["index"], slow).astype(np.int64),
         "in_flight": at(per_stage(lambda t, mem: mem.flight), peak_stage),
@@ -479,6 +495,6 @@ def stage_costs(
     n = len(lo["tp"])
     st = {name: np.broadcast_to(getattr(stages, name), (n, len(stages.index)))
           for name in pipeline.StageFeatures.__dataclass_fields__}
-    x = _Knobs.of(lo, job)
+    x = _Knobs.of(lo, job, model)
     t = _stage_times(model, cluster, job, x, st)
     return t.total, _stage_memory(model, cluster, job, x, st, t).total

@@ -5,6 +5,8 @@ the search leaves it out unless asked (tp_allowed's across_domains)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from planner.layout import RECOMPUTE_LEVELS, Layout
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
@@ -37,6 +39,57 @@ def layout_warnings(cluster: ClusterSpec, layout: Layout) -> list[str]:
     return out
 
 
+# bf16 arithmetic and tensor cores need compute capability 8.0 (Ampere): CUDA C++ Programming
+# Guide, "Arithmetic Instructions" / cuda_bf16.h (__nv_bfloat16 math on sm_80+); the V100
+# (7.0) has FP16 tensor cores only (NVIDIA Tesla V100 GPU Architecture whitepaper, 2017).
+BF16_MIN_CAPABILITY = 8.0
+# FlashAttention-2 and -3 run on Ampere, Ada and Hopper (8.0+): Dao-AILab/flash-attention
+# README "Installation and features"; FlashAttention 1 needed Turing or Ampere (7.5+). Either
+# way not the V100's 7.0.
+FLASH_MIN_CAPABILITY = 8.0
+# The global batch does not feed the cluster when the best plan spends half its step or more
+# in the pipeline bubble (fewer micro-batches than stages: Narayanan et al. 2021 sec. 3.3, the
+# bubble (p - 1) / m stays small only with m >> p), or two thirds of it idle in the bubble and
+# exposed communication together (one micro-batch per rank hides nothing behind the backward).
+# Conventions, not fits: they flag the 2-10% MFU plans of tiny batches, not Llama 3 405B's
+# 2048 sequences on 16,384 GPUs (Meta's own run).
+BUBBLE_SHARE_WARNING = 0.5
+IDLE_SHARE_WARNING = 2 / 3
+
+
+def plan_warnings(cluster: ClusterSpec, job: JobSpec, plan: Any) -> list[str]:
+    """What a user should be told about a plan that runs, one line each (no "warning:" prefix):
+    a precision or attention kernel the GPU lacks, a global batch too small to keep the GPUs
+    busy, and (with --train-tokens) a step longer than the checkpoint interval it recommends."""
+    out: list[str] = []
+    gpu, e = cluster.gpu, plan.estimate
+    cc = gpu.compute_capability
+    if cc is not None and cc < BF16_MIN_CAPABILITY and job.precision == "bf16":
+        out.append(f"{gpu.name} has no bf16 (compute capability {cc:.1f}; bf16 needs "
+                   f"{BF16_MIN_CAPABILITY:.1f}): run --precision fp16 (the estimate uses the fp16 "
+                   "tensor peak)")
+    if cc is not None and cc < FLASH_MIN_CAPABILITY and job.attention != "unfused":
+        out.append(f"{gpu.name} runs no FlashAttention (compute capability {cc:.1f}; it needs "
+                   f"{FLASH_MIN_CAPABILITY:.1f}): run --attention unfused (s x s scores stored)")
+    step = e.step_time_s
+    idle = (e.time_pp_bubble_s + e.time_tp_comm_s + e.time_cp_comm_s + e.time_ep_comm_s
+            + e.time_pp_comm_s + e.time_dp_comm_exposed_s)
+    if step > 0 and (e.time_pp_bubble_s / step >= BUBBLE_SHARE_WARNING
+                     or idle / step >= IDLE_SHARE_WARNING):
+        n = plan.layout.tp * plan.layout.pp * plan.layout.dp * plan.layout.cp
+        out.append(f"global batch {e.global_batch} is too small to feed {n} GPUs: "
+                   f"{plan.layout} spends {e.time_pp_bubble_s / step:.0%} of its step in the "
+                   f"pipeline bubble and {(idle - e.time_pp_bubble_s) / step:.0%} in exposed "
+                   f"communication (MFU {e.mfu:.1%}); raise --global-batch or use fewer GPUs")
+    run = getattr(plan, "run", None)
+    if run is not None and step > run.checkpoint_interval_min * 60.0:
+        out.append(f"one step ({step:,.0f} s) is longer than the checkpoint interval it "
+                   f"recommends ({run.checkpoint_interval_min:.1f} min, Young): checkpoints "
+                   "land only between steps, so checkpoint every step and expect each failure "
+                   "to lose more than the run's figures say")
+    return out
+
+
 def offload_allowed(cluster: ClusterSpec) -> bool:
     """Activation offload needs the profile's GPU <-> host bandwidth (host_link_gb_per_s)."""
     return cluster.gpu.host_link_gb_per_s is not None
@@ -45,6 +98,20 @@ def offload_allowed(cluster: ClusterSpec) -> bool:
 def cp_allowed(job: JobSpec, cp: int) -> bool:
     """cp divides the sequence with an even chunk per rank (causal load balancing)."""
     return job.seq_len % cp == 0 and (cp == 1 or (job.seq_len // cp) % 2 == 0)
+
+
+def expert_fold_allowed(tp: int, cp: int, dp: int, ep: int, etp: int) -> bool:
+    """Megatron-Core's MoE parallel folding: expert-TP x EP divides the tp*cp*dp ranks of a
+    pipeline stage (planner.layout's docstring cites the checks)."""
+    return (tp * cp * dp) % (etp * ep) == 0
+
+
+def moe_needs_sp(model: ModelSpec, tp: int, sp: bool) -> bool:
+    """An MoE model with tp > 1 but sp off: Megatron-Core's MoELayer raises in training
+    ("performance may degrade if MoE and tensor parallelism are enabled without also enabling
+    sequence parallelism", megatron/core/transformer/moe/moe_layer.py at d98e8a6); torchtitan's
+    TP plan always shards the sequence (SequenceParallel)."""
+    return model.is_moe and tp > 1 and not sp
 
 
 def vpp_allowed(num_layers: int, pp: int, vpp: int) -> bool:
@@ -139,14 +206,22 @@ def layout_violations(
             f"cp={lo.cp} needs an even chunk per rank (s/cp = {job.seq_len // lo.cp}; "
             "causal load balancing splits it in two)"
         )
-    if lo.ep > 1:
-        if not model.is_moe:
-            out.append(f"ep={lo.ep} needs a mixture-of-experts model ({model.name} is dense)")
-        else:
-            if model.num_experts % lo.ep:
-                out.append(f"ep={lo.ep} does not divide the {model.num_experts} experts")
-            if (lo.dp * lo.cp) % lo.ep:
-                out.append(f"ep={lo.ep} does not divide dp*cp = {lo.dp * lo.cp}")
+    if lo.etp < 0:
+        out.append(f"etp={lo.etp} must be at least 1")
+    elif (lo.ep > 1 or lo.etp) and not model.is_moe:
+        knob = f"ep={lo.ep}" if lo.ep > 1 else f"etp={lo.etp}"
+        out.append(f"{knob} needs a mixture-of-experts model ({model.name} is dense)")
+    elif model.is_moe:
+        if model.num_experts % lo.ep:
+            out.append(f"ep={lo.ep} does not divide the {model.num_experts} experts")
+        if not expert_fold_allowed(lo.tp, lo.cp, lo.dp, lo.ep, lo.expert_tp):
+            out.append(
+                f"etp*ep = {lo.expert_tp}*{lo.ep} = {lo.expert_tp * lo.ep} does not divide the "
+                f"tp*cp*dp = {lo.tp * lo.cp * lo.dp} ranks of a pipeline stage (Megatron-Core "
+                "folds the expert groups over them)")
+    if moe_needs_sp(model, lo.tp, lo.sp):
+        out.append(f"tp={lo.tp} on a mixture-of-experts model needs sequence parallelism (sp): "
+                   "Megatron-Core refuses MoE with TP but without SP in training")
     if lo.sp and lo.tp == 1:
         out.append("sequence parallelism (sp) needs tp > 1")
     return out

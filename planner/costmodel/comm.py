@@ -263,23 +263,6 @@ def cp_stage_time(cluster: ClusterSpec, model, layers, tokens, tp, cp, recompute
     return layers * cp_layer[_COL]
 
 
-def all_to_all_bytes(model, tokens, tp, sp):
-    """Bytes each rank sends in one MoE dispatch (or combine): its tokens' k routed copies
-    (divided over TP with SP) (Megatron alltoall dispatcher); 0 for dense models."""
-    if not model.is_moe:
-        return np.zeros(np.shape(tokens))
-    return tokens * model.num_experts_per_tok * model.hidden_size * 2 / np.where(sp, tp, 1.0)
-
-
-def ep_stage_time(cluster: ClusterSpec, model, n_moe, a2a_bytes, tp, ep, recompute):
-    """EP seconds per micro-batch of each stage: all-to-all dispatch + combine in forward and
-    backward (+ forward again under full recompute) on every MoE layer; exposed."""
-    if not model.is_moe:
-        return np.zeros(np.shape(n_moe))
-    a2a = all_to_all_time(Group(cluster, ep, tp), a2a_bytes)
-    return n_moe * (a2a * (4 + 2 * (recompute == 2)))[_COL]
-
-
 def pp_send_time(cluster: ClusterSpec, model, tokens, tp, pp, dp, cp, sp,
                  crosses=None):
     """Seconds of one pipeline send: a micro-batch's (SP-sharded) 16-bit activation to the

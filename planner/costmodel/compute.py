@@ -160,9 +160,13 @@ def layer_forward_times(
     sp,
     seq_len: int,
     attention_kind: str = "flash",
+    etp=None,
+    load=1.0,
 ) -> LayerTimes:
     """Forward time of one transformer layer for `tokens` local tokens (mbs x s / cp) per rank;
-    attention_kind is JobSpec.attention (flash, cudnn or unfused)."""
+    attention_kind is JobSpec.attention (flash, cudnn or unfused). MoE: the experts split over
+    etp ranks (None: tp), on the most loaded rank's `load` x the mean routed copies
+    (planner.costmodel.moe)."""
     peak, curve = matmul_peak_and_curve(gpu, precision)
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
@@ -180,19 +184,19 @@ def layer_forward_times(
     if moe:
         e, k = model.num_experts, model.num_experts_per_tok
         effn = model.expert_ffn
-        tok_per_expert = (
-            tokens * k * np.asarray(ep, dtype=float) / e
-        )  # ep ranks x T x k over E experts
+        etp = tp if etp is None else np.asarray(etp, dtype=float)
+        # ep ranks x T k / tp copies over E/ep experts per rank, gathered over etp (moe.py)
+        tok_per_expert = tokens * k * np.asarray(ep, dtype=float) * etp / tp / e * load
         local_experts = e / np.asarray(ep, dtype=float)
         gemm = gemm + local_experts * (
-            proj(tok_per_expert, (mats - 1) * effn / tp, h) + proj(tok_per_expert, h, effn / tp)
+            proj(tok_per_expert, (mats - 1) * effn / etp, h) + proj(tok_per_expert, h, effn / etp)
         )
         if model.num_shared_experts:
             sh = model.num_shared_experts * effn
             gemm = gemm + proj(tokens, (mats - 1) * sh / tp, h) + proj(tokens, h, sh / tp)
         gemm = gemm + proj(tokens, e, h)  # router, not TP-split
         ffn_local = (k + model.num_shared_experts) * effn
-        permute = 2 * 2 * 2 * tokens * k * h  # dispatch + combine, read + write, 2 B
+        permute = 2 * 2 * 2 * tokens * k * h * load  # dispatch + combine, read + write, 2 B
     else:
         ffn = model.intermediate_size
         gemm = gemm + proj(tokens, (mats - 1) * ffn / tp, h) + proj(tokens, h, ffn / tp)

@@ -51,6 +51,16 @@ DROPOUT = False
 # readings, docs/accuracy.md "Memory band"). A peak within this band of the usable capacity
 # "may not fit" rather than being refused (planner.costmodel.memory_status).
 MEM_REL_ERROR = 0.069
+
+
+def near_capacity(peak_gib, capacity_gib):
+    """True where the peak is within the memory band of the usable capacity or above it
+    (peak + MEM_REL_ERROR x peak > capacity): such a plan "may not fit" (or does not), and it
+    ranks after the plans with headroom within a tie (planner.search.ties)."""
+    peak = np.asarray(peak_gib, dtype=float)
+    return peak * (1 + MEM_REL_ERROR) > np.asarray(capacity_gib, dtype=float)
+
+
 # Bytes per element of a GEMM input Transformer Engine saves for the backward under FP8 (the
 # quantized copy, column-wise data only: TE module/linear.py; see layer_activation).
 FP8_SAVED_INPUT_BYTES = 1
@@ -333,26 +343,28 @@ class StageState:
     """Parameters and model-state bytes of one GPU of each stage, (layouts, stages) arrays."""
 
     p_dense: np.ndarray  # non-expert parameters on one GPU (after TP)
-    p_expert: np.ndarray  # routed-expert parameters on one GPU (after EP x TP)
+    p_expert: np.ndarray  # routed-expert parameters on one GPU (after EP x expert-TP)
     d_dense: np.ndarray  # (layouts,) ZeRO / distributed-optimizer group: dp x cp
-    d_expert: np.ndarray  # (layouts,) expert-data-parallel group: dp x cp / ep
+    d_expert: np.ndarray  # (layouts,) expert-data-parallel group: tp x cp x dp / (etp x ep)
     weights: np.ndarray  # bytes
     grads: np.ndarray  # bytes
     optimizer: np.ndarray  # bytes
     unit: np.ndarray  # one layer's 16-bit params on one GPU, the FSDP / ZeRO-3 unit, bytes
 
 
-def stage_state(stages, tp, dp, cp, ep, zero, grad_dtype: str = "auto") -> StageState:
+def stage_state(stages, tp, dp, cp, ep, zero, grad_dtype: str = "auto", etp=None) -> StageState:
     """Weights, gradients and optimizer state of each stage's GPU (param_state_arrays on its
-    local parameters; experts sharded over ep as well)."""
+    local parameters). Experts are split over ep x etp (etp None: tp) and their state sharded
+    over the expert-DP replicas, tp x cp x dp / (etp x ep) (Megatron-Core's folding)."""
     col, st = _COL, stages
+    etp = tp if etp is None else etp
     p_dense = st["p_dense"] / tp[col]
-    p_exp = st["p_expert"] / (ep * tp)[col]
+    p_exp = st["p_expert"] / (ep * etp)[col]
     d_dense = dp * cp
-    d_exp = np.maximum(dp * cp / ep, 1.0)
+    d_exp = np.maximum(tp * dp * cp / (ep * etp), 1.0)
     wd, gd, od = param_state_arrays(zero, d_dense, grad_dtype)
     we, ge, oe = param_state_arrays(zero, d_exp, grad_dtype)
-    unit = (st["max_layer_params"] + st["max_layer_experts"] / ep[col]) / tp[col] * 2.0
+    unit = (st["max_layer_params"] / tp[col] + st["max_layer_experts"] / (ep * etp)[col]) * 2.0
     return StageState(
         p_dense=p_dense, p_expert=p_exp, d_dense=d_dense, d_expert=d_exp,
         weights=p_dense * wd[col] + p_exp * we[col],
@@ -389,19 +401,18 @@ def stage_activation_bytes(model: ModelSpec, stages, tokens, tp, sp, recompute, 
 
 
 def stage_other_bytes(model: ModelSpec, software: str, grad_dtype: str, stages, state: StageState,
-                      tokens, tp, pp, ep, zero, a2a_bytes, activations):
+                      tokens, tp, pp, zero, ep_buffer, activations):
     """Temporary buffers of one GPU of each stage: the largest collective's (the SP all-gather
-    output, or the all-to-all send + receive), ZeRO-2/3 unsharded units (nothing gathered on a
-    DP group of one rank), the step's fp32 gradient shard (step_grad_bytes) and, for
-    software "deepspeed-2022", the fp32 copy of the largest gradient and the reduce bucket
-    (recipe_buffers), the eager CUDA context and extra NCCL communicators
-    (runtime_extra_bytes). Buffers that exist only after the backward count beyond the
+    output, or the MoE dispatcher's buffers, ep_buffer: moe.dispatch_buffer_bytes), ZeRO-2/3
+    unsharded units (nothing gathered on a DP group of one rank), the step's fp32 gradient
+    shard (step_grad_bytes) and, for software "deepspeed-2022", the fp32 copy of the largest
+    gradient and the reduce bucket (recipe_buffers), the eager CUDA context and extra NCCL
+    communicators (runtime_extra_bytes). Buffers that exist only after the backward count beyond the
     activations they replace: peak = max(activations + backward buffers, after-backward)."""
     col, st = _COL, stages
     h = model.hidden_size
     tp_buf = np.where(tp > 1, tokens * h * 2, 0.0)  # SP all-gather output (one b s h tensor)
-    ep_buf = np.where(ep > 1, 2 * a2a_bytes, 0.0)  # all-to-all send + receive
-    coll = np.maximum(tp_buf, ep_buf)
+    coll = np.maximum(tp_buf, ep_buffer)
     unit_c = np.where((state.d_dense > 1)[col], state.unit, 0.0)
     z = zero[col]
     zero_units = np.select([z == 2, z == 3], [unit_c, ZERO3_LIVE_UNITS * unit_c], default=0.0)
@@ -415,3 +426,46 @@ def stage_other_bytes(model: ModelSpec, software: str, grad_dtype: str, stages, 
     backward_other = coll[col] + zero_units + during
     return np.maximum(backward_other, after - activations) + runtime_extra_bytes(
         software, tp[col], pp[col], end_stage)
+
+
+# ---- what the device shows (nvidia-smi) beside what PyTorch allocates -------------------------
+# peak_mem_gb predicts torch.cuda.max_memory_allocated(). nvidia-smi shows more: the caching
+# allocator's reserve (blocks freed by PyTorch but kept by the allocator, and fragmentation),
+# the CUDA context and NCCL's communicator buffers. device_memory_gib adds them.
+# CUDA context with lazy module loading (CUDA >= 11.7, the default since PyTorch 1.13, which
+# sets CUDA_MODULE_LOADING=LAZY): 287,047,680 B measured with one small tensor against
+# 666,632,192 B eager (pytorch #86509); "~300MB" (ptrblck, pytorch #107667). The GPU
+# profiles' reserve_gib counts the same 0.3 GiB.
+CUDA_CONTEXT_GIB = 0.3
+# Caching-allocator reserve, per GiB of predicted activations: torch.cuda.max_memory_reserved()
+# minus the predicted allocated peak, over the predicted activations, median of the 755 runs of
+# the nanotron sweep (calibration/sweeps/nanotron_sweep_dev.csv, notes "Mem Res (GB)" =
+# max_memory_reserved() / 2^30 logged at iteration 3 by nanotron src/nanotron/logging.py
+# log_memory @ 0e0a27ea; the reset there makes its "Mem Alloc" the optimizer phase only, so
+# the reserve is fitted against the predicted peak, not that column). The activations are the
+# blocks that come and go each micro-batch in many sizes; the model state is allocated once.
+# Leave one model out: 1.39 (fit without 1.34B), 1.31 (without 8.86B), 1.35 (without 469B).
+# Checked (not fitted) on the published nvidia-smi readings: benchmarks/memory.py,
+# docs/accuracy.md "Device memory".
+RESERVE_PER_ACTIVATION_GIB = 1.35
+
+
+def nccl_communicator_gib(tp, pp, dp, cp, ep):
+    """GiB of NCCL communicator buffers on one GPU: one communicator per parallel group of more
+    than one rank (TP, PP, DP x CP, CP, EP), 544 MB for a pair and 688 MB for more ranks
+    (nccl #964, NCCL_COMM_BYTES)."""
+    tp, pp, dp, cp, ep = (np.asarray(x, dtype=float) for x in (tp, pp, dp, cp, ep))
+    groups = (_comm_bytes(tp) + _comm_bytes(pp) + _comm_bytes(dp * cp) + _comm_bytes(cp)
+              + _comm_bytes(ep))
+    return groups / 2**30
+
+
+def device_memory_gib(peak_gib, activations_gib, memory_gib, tp, pp, dp, cp, ep):
+    """What the device shows (nvidia-smi) at the step's peak, GiB: the allocated peak, the
+    caching allocator's reserve (RESERVE_PER_ACTIVATION_GIB x activations), the CUDA context and
+    the NCCL communicators, at most the GPU's HBM (the allocator releases cached blocks and
+    retries before it reports out of memory, so the reserve never makes a plan fail)."""
+    dev = (np.asarray(peak_gib, dtype=float)
+           + RESERVE_PER_ACTIVATION_GIB * np.asarray(activations_gib, dtype=float)
+           + CUDA_CONTEXT_GIB + nccl_communicator_gib(tp, pp, dp, cp, ep))
+    return np.minimum(dev, np.asarray(memory_gib, dtype=float))

@@ -92,7 +92,7 @@ def estimate_pooled_batch(
     in `order` (module docstring), plus per-stage arrays (layouts, stages): stage_time_s (per
     micro-batch), stage_mem_gb, stage_pool (index into pooled.pools; -1 past the layout's pp)."""
     lo = layout_arrays(layouts)
-    x = _Knobs.of(lo, job)
+    x = _Knobs.of(lo, job, model)
     st = _gather_stages(model, lo["pp"], lo["vpp"], lo.get("stage_layers"), prune=False)
     pool = stage_pool_index(pooled, lo["tp"], lo["cp"], lo["dp"], order, st["index"].astype(int))
     width = st["index"].shape[1]

@@ -78,13 +78,24 @@ def detect(text: str, path: str) -> str:
 
 
 def read_config(path: str | Path) -> Imported:
-    """Read a launcher config: model shape, layout, job recipe and GPU counts it states."""
+    """Read a launcher config: model shape, layout, job recipe and GPU counts it states.
+    `FILE.py:FUNCTION` names one function of a torchtitan config registry or a
+    Megatron-Bridge recipe file."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError(f"cannot read config {path}: {exc.strerror}") from None
-    return module(detect(text, str(path))).read(text, str(path))
+    function = None
+    if not path.exists() and ":" in path.name:
+        name, _, function = path.name.rpartition(":")
+        path = path.with_name(name)
+    from planner.io import read_text
+
+    text = read_text(path, "config")  # one line for a folder, a missing file, non-UTF-8 bytes
+    launcher = detect(text, str(path))
+    if function is None:
+        return module(launcher).read(text, str(path))
+    if launcher not in ("torchtitan", "nemo"):
+        raise SpecError(f"{path}:{function}: only a torchtitan config registry or a "
+                        "Megatron-Bridge recipe file has functions to choose from")
+    return module(launcher).read(text, str(path), function)
 
 
 @dataclass
@@ -149,9 +160,9 @@ def resolve(imported: Imported, model: str | None, cluster: str | ClusterSpec | 
     cluster_spec = _cluster(imported, cluster, profile)
     pins = dict(imported.pins)
     pins.update({k: v for k, v in (pin_overrides or {}).items() if v is not None})
-    per_stage = imported.deferred.get("layers_per_stage")
-    if per_stage and "vpp" not in pins and pins.get("pp", 1) > 1:
-        pins["vpp"] = max(1, model_spec.num_hidden_layers // (pins["pp"] * per_stage))
+    split = getattr(module(imported.launcher), "resolve_split", None)
+    if split is not None:  # a split that needs the model's layer count (torchtitan)
+        split(imported, model_spec.num_hidden_layers, pins)
     n = cluster_spec.num_gpus
     inner = math.prod(pins.get(k, 1) for k in ("tp", "pp", "cp"))
     if n % inner:

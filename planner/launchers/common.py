@@ -129,6 +129,12 @@ class Imported:
     # the software that wrote it ("Megatron-LM", "NeMo/Megatron-Bridge", ...): the seam where the
     # stack presets (planner/stacks.py) can pick their stack from a config or a log
     framework: str = ""
+    # layers per pipeline stage when the config splits them otherwise than the planner's even
+    # rule (vpp 1); () = the even rule
+    stage_layers: tuple[int, ...] = ()
+    # decoder layers of each pipeline chunk where the config lists its chunks' modules
+    # (torchtitan module_fqns_per_model_part); () = not listed
+    chunks: tuple[int, ...] = ()
 
     def world_size(self) -> int | None:
         """GPUs of the launch: the launch line's nodes x GPUs per node, else the degrees'
@@ -225,31 +231,65 @@ def json_text(data: Any) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def first_last_split(plan: LaunchPlan, warnings: list[str]) -> tuple[int, int] | None:
-    """(layers of the first stage, of the last) when the plan's layers per stage differ from an
-    equal split and only the two end stages differ (Megatron-Core's
-    decoder_first/last_pipeline_num_layers, TransformerConfig.num_layers_in_first/
-    last_pipeline_stage: the other stages then split the rest evenly); None when the stages are
-    equal. Other splits warn: the flags cannot say them."""
-    from planner.costmodel.pipeline import stage_counts
+def select_functions(path: str, function: str | None, functions: dict[str, Any],
+                     module: Any) -> list[Any]:
+    """The AST nodes whose statements say the config of a Python file with config functions
+    (`functions`: name -> FunctionDef): the named function, preceded by the file's config
+    functions it calls (a recipe that starts from another, e.g. llama3_8b_mxfp8 from llama3_8b),
+    the only one, or the whole `module` when there is none. SpecError when several are there
+    and none is named, or the named one is not there (the choices listed)."""
+    import ast
 
-    lay = plan.layout
-    if lay.pp == 1 or lay.vpp > 1:
-        return None
-    counts = stage_counts(plan.model.num_hidden_layers, lay.pp, lay.vpp, lay.stage_layers)
-    if len(set(counts)) == 1:
-        return None
-    if len(set(counts[1:-1])) <= 1:
-        return counts[0], counts[-1]
-    warnings.append(f"layers per stage {','.join(map(str, counts))}: the launcher sets only the "
-                    "first and last stage's layers; the others would be split evenly")
-    return None
+    if function is None:
+        if len(functions) > 1:
+            raise SpecError(f"{path} defines {len(functions)} config functions "
+                            f"({', '.join(functions)}): name one as {path}:FUNCTION")
+        if not functions:
+            return [module]
+        function = next(iter(functions))
+    if function not in functions:
+        raise SpecError(f"{path} has no config function {function!r}; it has "
+                        f"{', '.join(functions) or 'none'}")
+    order: list[Any] = []
+
+    def visit(name: str, seen: tuple[str, ...]) -> None:
+        for call in ast.walk(functions[name]):
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and \
+                    call.func.id in functions and call.func.id not in seen:
+                visit(call.func.id, (*seen, call.func.id))
+        order.append(functions[name])
+
+    visit(function, (function,))
+    return order
 
 
-def warn_uneven_split(plan: LaunchPlan, warnings: list[str], launcher: str) -> None:
-    """A warning when the plan's layers per stage are uneven and the export cannot write them
-    (the launcher then splits the layers by its own rule)."""
-    lay = plan.layout
-    if lay.stage_layers and not lay.even_split:
-        warnings.append(f"layers per stage {','.join(map(str, lay.stage_layers))} are not "
-                        f"written: {launcher} splits the layers by its own rule")
+def walk_in_order(node: Any):
+    """Every AST node under `node` in source order (later statements override earlier ones)."""
+    import ast
+
+    yield node
+    for child in ast.iter_child_nodes(node):
+        yield from walk_in_order(child)
+
+
+def apply_chunks(imported: Imported, layers: int, pins: dict[str, Any],
+                 chunks: list[int], what: str) -> None:
+    """A config's pipeline split (`chunks`: decoder layers of each of the pp x vpp chunks, in
+    layer order) as the planner's: nothing when it is the planner's even rule
+    (costmodel.pipeline.stage_layer_counts), Imported.stage_layers with vpp 1 and a layer or more
+    a stage, and SpecError naming both splits otherwise (the planner costs interleaved chunks
+    only by its even rule). `what` names the config's statement of the split."""
+    from planner.costmodel.pipeline import stage_layer_counts
+    from planner.layout import format_stage_layers
+
+    pp, vpp = pins.get("pp", 1), pins.get("vpp", 1)
+    even_rule = stage_layer_counts(layers, pp * vpp)
+    if list(chunks) == even_rule:
+        return
+    if vpp == 1 and min(chunks) >= 1:
+        imported.stage_layers = tuple(chunks)
+        return
+    raise SpecError(f"{imported.path}: {what} gives layers per pipeline chunk "
+                    f"{format_stage_layers(chunks)} (pp {pp} x vpp {vpp}); the planner costs "
+                    "uneven splits only with vpp 1 and one layer or more per stage, interleaved "
+                    f"chunks by its even rule ({format_stage_layers(even_rule)})")

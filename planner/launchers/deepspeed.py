@@ -25,13 +25,61 @@ from planner.launchers.common import (
     Export,
     Imported,
     LaunchPlan,
+    apply_chunks,
     as_bool,
     as_int,
     unknown_keys,
-    warn_uneven_split,
 )
 
 NAME = "deepspeed"
+# What DeepSpeed's pipeline engine runs (a plan it cannot run is re-planned by `export --to
+# deepspeed`, refused when pinned): one chunk per stage (runtime/pipe/schedule.py TrainSchedule,
+# plain 1F1B) and ZeRO 0-1 with pp > 1 (runtime/pipe/engine.py @ edaa7221267: "ZeRO-2 and ZeRO-3
+# are incompatible with pipeline parallelism").
+LAYOUT_PINS = {"vpp": 1}
+
+
+def own_split(layers: int, pp: int) -> list[int]:
+    """Layers per stage as Megatron-DeepSpeed's PipelineModule splits them
+    (partition_method='type:transformer', megatron/model/gpt_model.py @ 4efb479d5317: DeepSpeed's
+    runtime/utils.py partition_balanced over one unit per transformer layer): the first
+    L mod pp stages hold one layer more."""
+    base, extra = divmod(layers, pp)
+    return [base + 1] * extra + [base] * (pp - extra)
+
+
+def with_own_split(layout: Any, layers: int) -> Any:
+    """`layout` with the stages DeepSpeed makes (own_split) where the plan splits otherwise."""
+    from dataclasses import replace
+
+    from planner.costmodel.pipeline import stage_counts
+
+    if layout.pp == 1 or layout.vpp > 1:
+        return layout
+    split = own_split(layers, layout.pp)
+    if stage_counts(layers, layout.pp, 1, layout.stage_layers) == split:
+        return layout
+    return replace(layout, stage_layers=tuple(split))
+
+
+def layout_problems(layout: Any, layers: int | None = None) -> list[str]:
+    """Why DeepSpeed's pipeline engine cannot run `layout` as planned (empty when it can); with
+    the model's `layers`, a split other than its own (own_split) too."""
+    from planner.costmodel.pipeline import stage_counts
+    from planner.layout import format_stage_layers
+
+    out = []
+    if layers and layout.pp > 1 and layout.vpp == 1:
+        planned = stage_counts(layers, layout.pp, 1, layout.stage_layers)
+        if planned != own_split(layers, layout.pp):
+            out.append(f"layers per stage {format_stage_layers(planned)}: DeepSpeed's "
+                       f"PipelineModule splits {format_stage_layers(own_split(layers, layout.pp))}")
+    if layout.vpp > 1:
+        out.append(f"vpp {layout.vpp}: DeepSpeed's pipeline engine has no interleaved schedule")
+    if layout.pp > 1 and layout.zero > 1:
+        out.append(f"ZeRO-{layout.zero} with pp {layout.pp}: DeepSpeed's pipeline engine takes "
+                   "ZeRO 0-1 only")
+    return out
 SOURCE = ("deepspeedai/DeepSpeed deepspeed/runtime/constants.py @ edaa7221267 (2026-08-22); "
           "deepspeedai/Megatron-DeepSpeed megatron/arguments.py @ 4efb479d5317 (2025-07-16)")
 
@@ -48,9 +96,6 @@ def ds_config(plan: LaunchPlan, warnings: list[str]) -> dict[str, Any]:
         "zero_optimization": {"stage": lay.zero, "overlap_comm": job.grad_overlap,
                               "contiguous_gradients": True},
     }
-    if lay.pp > 1 and lay.zero > 1:
-        warnings.append(f"DeepSpeed's pipeline engine supports ZeRO stage 0-1; stage {lay.zero} "
-                        "with pp > 1 is refused at start-up")
     if job.precision == "fp16":
         config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     else:
@@ -106,9 +151,6 @@ def launch_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
              ("--pipeline-model-parallel-size", lay.pp)]
     if lay.pp == 1:
         args.append(("--no-pipeline-parallel", True))
-    if lay.vpp > 1:
-        warnings.append(f"vpp {lay.vpp}: DeepSpeed's pipeline engine has no interleaved "
-                        "schedule; exported as plain 1F1B")
     if lay.cp > 1:
         args.append(("--ds-sequence-parallel-size", lay.cp))
         warnings.append("cp is exported as DeepSpeed-Ulysses sequence parallelism "
@@ -143,8 +185,14 @@ def launch_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
 
 
 def export(plan: LaunchPlan) -> Export:
+    """The launch script; LayoutError for a layout DeepSpeed's pipeline engine cannot run."""
+    from planner.errors import LayoutError
+
+    problems = layout_problems(plan.layout, plan.model.num_hidden_layers)
+    if problems:
+        raise LayoutError(f"{plan.layout} cannot run on DeepSpeed: {'; '.join(problems)} "
+                          "(`planner export --to deepspeed` re-plans when the knob is not pinned)")
     warnings: list[str] = []
-    warn_uneven_split(plan, warnings, "DeepSpeed's PipelineModule")
     config = ds_config(plan, warnings)
     args = launch_args(plan, warnings)
     cluster = plan.cluster
@@ -161,6 +209,10 @@ def export(plan: LaunchPlan) -> Export:
         "data and optimizer arguments.",
         *[f"# WARNING: {w}" for w in warnings],
         "set -euo pipefail",
+        "# Megatron-DeepSpeed's validate_args (megatron/arguments.py @ 4efb479d5317) refuses "
+        "sequence parallelism",
+        "# and its async TP all-reduce on CUDA unless this is 1",
+        "export CUDA_DEVICE_MAX_CONNECTIONS=1",
         "DS_CONFIG=${DS_CONFIG:-./ds_config.json}",
         "cat <<EOT > $DS_CONFIG",
         json.dumps(config, indent=2),
@@ -217,6 +269,10 @@ def read_ds_config(config: dict[str, Any], imported: Imported) -> None:
     ga = as_int(config.get("gradient_accumulation_steps"))
     if gbs and mbs and ga:
         pins.setdefault("dp", gbs // (mbs * ga))
+    elif mbs and not gbs and "global_batch" not in job:
+        # DeepSpeedConfig._set_batch_related_parameters (runtime/config.py @ edaa7221267):
+        # train_batch_size = micro x gradient_accumulation_steps (default 1) x data-parallel size
+        imported.deferred["local_batch_size"] = mbs * (ga or 1)
     zero = config.get("zero_optimization") or {}
     if as_int(zero.get("stage")) is not None:
         pins["zero"] = as_int(zero["stage"])
@@ -279,4 +335,8 @@ def read(text: str, path: str) -> Imported:
     if as_int(args.get("--topk")) and imported.shape.get("num_experts"):
         imported.shape["num_experts_per_tok"] = as_int(args["--topk"])
     apply_recipe(imported, args)
+    layers, pp = imported.shape.get("num_hidden_layers"), imported.pins.get("pp", 1)
+    if layers and pp > 1:  # the stages its PipelineModule makes
+        apply_chunks(imported, layers, imported.pins, own_split(layers, pp),
+                     "DeepSpeed's PipelineModule (partition_method type:transformer)")
     return imported

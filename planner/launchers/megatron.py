@@ -14,12 +14,13 @@ import re
 import shlex
 from typing import Any
 
+from planner.errors import SpecError
 from planner.launchers.common import (
     Export,
     Imported,
     LaunchPlan,
+    apply_chunks,
     as_int,
-    first_last_split,
     unknown_keys,
 )
 
@@ -117,6 +118,78 @@ def read_layer_pattern(text: str, layers: int) -> tuple[int, int] | None:
     return (first, step) if expected == pattern else None
 
 
+def chunk_counts(plan: LaunchPlan) -> list[int]:
+    """Decoder layers of each model chunk in layer order (chunk c on pipeline rank c mod pp), as
+    the planner costs them: the explicit per-stage counts (vpp 1), else the even rule over
+    pp x vpp chunks (costmodel.pipeline.stage_layer_counts)."""
+    from planner.costmodel.pipeline import stage_layer_counts
+
+    lay = plan.layout
+    if lay.stage_layers and lay.vpp == 1:
+        return list(lay.stage_layers)
+    return stage_layer_counts(plan.model.num_hidden_layers, lay.pp * lay.vpp)
+
+
+def split_args(layers: int, pp: int, vpp: int, chunks: list[int]) -> list[tuple[str, Any]]:
+    """The fewest Megatron-LM arguments that make the model build `chunks` (decoder layers of
+    each of the pp x vpp chunks, in layer order). Megatron's rules (transformer_block.py
+    get_num_layers_to_build @ d98e8a64ddf3): an even split of the layers, with
+    --account-for-embedding/loss-in-pipeline-split counting the embedding and the loss as one
+    layer each (one fewer layer on the first / last chunk); with vpp 1,
+    --decoder-first/last-pipeline-num-layers and the rest even; anything else is stated chunk by
+    chunk with --pipeline-model-parallel-layout (pipeline_parallel_layer_layout.py)."""
+    if pp == 1:
+        return []
+    n = pp * vpp
+    # since Megatron-LM ef490839e8 (2025-02-03); older releases take
+    # --num-layers-per-virtual-pipeline-stage L/(pp*vpp) (both are read back)
+    virtual = [("--num-virtual-stages-per-pipeline-rank", vpp)] if vpp > 1 else []
+    for emb, loss in ((0, 0), (1, 1), (1, 0), (0, 1)):
+        if (layers + emb + loss) % n:
+            continue
+        rule = [(layers + emb + loss) // n] * n
+        rule[0] -= emb
+        rule[-1] -= loss
+        if rule == chunks:
+            return virtual + [("--account-for-embedding-in-pipeline-split", True)] * emb + \
+                [("--account-for-loss-in-pipeline-split", True)] * loss
+    if vpp == 1 and len(set(chunks[1:-1])) <= 1:
+        return [("--decoder-first-pipeline-num-layers", chunks[0]),
+                ("--decoder-last-pipeline-num-layers", chunks[-1])]
+    return [("--pipeline-model-parallel-layout", layout_string(chunks))]
+
+
+def layout_string(chunks: list[int]) -> str:
+    """Megatron's pipeline layout string for decoder layers per chunk: 'E' embedding, 't' a
+    decoder layer, 'L' the loss, '|' between chunks, runs of equal chunks as '(t*8|)*14'
+    (PipelineParallelLayerLayout.parse_str_to_list's grammar):
+    [7, 8, 8, 7] -> 'Et*7|(t*8|)*2t*7L'."""
+    body = ["t" * n if n < 2 else f"t*{n}" for n in chunks]
+    out = "E" + body[0] + "|"
+    i = 1
+    while i < len(body) - 1:
+        j = i
+        while j + 1 < len(body) - 1 and body[j + 1] == body[i]:
+            j += 1
+        run = j - i + 1
+        out += f"({body[i]}|)*{run}" if run > 1 else body[i] + "|"
+        i = j + 1
+    return out + body[-1] + "L"
+
+
+def read_layout_string(text: str) -> list[tuple[int, int, int]]:
+    """(embeddings, decoder layers, losses) of each chunk of a Megatron pipeline layout string,
+    expanded as PipelineParallelLayerLayout.parse_str_to_list does ('(x|y)*n' then 'x*n'; commas
+    are cosmetic; 'm' MTP layers are counted as neither). SpecError for another character."""
+    s = text.replace(",", "").replace(" ", "")
+    s = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
+    s = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
+    if set(s) - set("ELtm|"):
+        raise SpecError(f"--pipeline-model-parallel-layout {text}: characters other than "
+                        "E, L, t, m, '|', '(...)*n' and 'x*n'")
+    return [(c.count("E"), c.count("t"), c.count("L")) for c in s.split("|")]
+
+
 def layout_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
     """Degrees, batch, sharding, recomputation, precision and overlap as Megatron-LM arguments."""
     lay, job = plan.layout, plan.job
@@ -124,18 +197,13 @@ def layout_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
         ("--tensor-model-parallel-size", lay.tp),
         ("--pipeline-model-parallel-size", lay.pp),
     ]
-    if lay.vpp > 1:
-        # since Megatron-LM ef490839e8 (2025-02-03); older releases take
-        # --num-layers-per-virtual-pipeline-stage L/(pp*vpp) (both are read back)
-        args.append(("--num-virtual-stages-per-pipeline-rank", lay.vpp))
-    ends = first_last_split(plan, warnings)
-    if ends is not None:  # uneven stages (Megatron-Core arguments.py)
-        args += [("--decoder-first-pipeline-num-layers", ends[0]),
-                 ("--decoder-last-pipeline-num-layers", ends[1])]
+    args += split_args(plan.model.num_hidden_layers, lay.pp, lay.vpp, chunk_counts(plan))
     if lay.cp > 1:
         args.append(("--context-parallel-size", lay.cp))
     if lay.ep > 1:
         args.append(("--expert-model-parallel-size", lay.ep))
+    if plan.model.is_moe:
+        args += moe_args(plan)
     args += [("--micro-batch-size", lay.mbs), ("--global-batch-size", job.global_batch)]
     if lay.sp:
         args.append(("--sequence-parallel", True))
@@ -144,9 +212,12 @@ def layout_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
     elif lay.zero in (2, 3):
         # Megatron-FSDP: DistributedDataParallelConfig.data_parallel_sharding_strategy
         # ('optim_grads' = ZeRO-2, 'optim_grads_params' = ZeRO-3)
+        # (arguments.py validate_args: Megatron-FSDP needs --ckpt-format fsdp_dtensor and
+        # refuses CUDA_DEVICE_MAX_CONNECTIONS=1, which export() then leaves unset)
         args += [("--use-megatron-fsdp", True), ("--data-parallel-sharding-strategy",
                                                  "optim_grads" if lay.zero == 2 else
-                                                 "optim_grads_params")]
+                                                 "optim_grads_params"),
+                 ("--ckpt-format", "fsdp_dtensor")]
     if job.grad_overlap:  # Megatron's default is off: the reduction after the backward
         args.append(("--overlap-grad-reduce", True))
         if lay.zero >= 1:
@@ -167,6 +238,27 @@ def layout_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
         args.append(("--tp-comm-overlap", True))
     if lay.vpp > 1 and not job.p2p_overlap:
         args.append(("--no-overlap-p2p-communication", True))
+    return args
+
+
+# JobSpec.moe_dispatcher -> Megatron-Core's moe_token_dispatcher_type (DeepEP is the flex
+# dispatcher's backend; transformer_config.py at d98e8a6)
+MOE_DISPATCHER = {"alltoall": [("--moe-token-dispatcher-type", "alltoall")],
+                  "allgather": [("--moe-token-dispatcher-type", "allgather")],
+                  "deepep": [("--moe-token-dispatcher-type", "flex"),
+                             ("--moe-flex-dispatcher-backend", "deepep")]}
+
+
+def moe_args(plan: LaunchPlan) -> list[tuple[str, Any]]:
+    """Expert-TP (where it differs from TP, Megatron's default), the token dispatcher and the
+    capacity factor (none: dropless) of an MoE plan."""
+    lay, job = plan.layout, plan.job
+    args: list[tuple[str, Any]] = []
+    if lay.etp:
+        args.append(("--expert-tensor-parallel-size", lay.expert_tp))
+    args += MOE_DISPATCHER[job.moe_dispatcher]
+    if job.moe_capacity_factor is not None:
+        args.append(("--moe-expert-capacity-factor", job.moe_capacity_factor))
     return args
 
 
@@ -201,6 +293,15 @@ def format_args(args: list[tuple[str, Any]], indent: str = "    ") -> list[str]:
     return lines
 
 
+def connections_lines(plan: LaunchPlan) -> list[str]:
+    """CUDA_DEVICE_MAX_CONNECTIONS as Megatron-LM's validate_args wants it (@ d98e8a64ddf3):
+    1 for TP or CP before Blackwell (one hardware queue keeps the TP/CP communication kernels
+    in issue order), and never 1 with Megatron-FSDP (ZeRO-2/3), which asserts it unset or > 1."""
+    if plan.layout.zero in (2, 3):
+        return ["unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP refuses 1"]
+    return ["export CUDA_DEVICE_MAX_CONNECTIONS=1"]
+
+
 def export(plan: LaunchPlan) -> Export:
     """A bash launch script: torchrun's node arguments, then pretrain_gpt.py's arguments."""
     warnings: list[str] = []
@@ -219,7 +320,7 @@ def export(plan: LaunchPlan) -> Export:
                if plan.layout.vpp > 1 else []),
              *[f"# WARNING: {w}" for w in warnings],
              "set -euo pipefail",
-             "export CUDA_DEVICE_MAX_CONNECTIONS=1",
+             *connections_lines(plan),
              f"GPUS_PER_NODE={cluster.gpus_per_node}",
              f"NUM_NODES={cluster.num_nodes}",
              "NODE_RANK=${NODE_RANK:-0}",
@@ -272,6 +373,20 @@ def _resolve(word: str, variables: dict[str, str]) -> str:
     return word
 
 
+def _split_unquoted(word: str) -> list[str]:
+    """A quoted array element such as "--fp8-format hybrid" as the launch line gets it: bash
+    splits it into words where the array is expanded unquoted (${ARGS[@]}, as Megatron-LM's
+    examples/llama/train_llama3_8b_h100_fp8.sh does); expanded quoted it would reach argparse as
+    one unknown option, so splitting is the reading under which the script runs."""
+    if not word.startswith("--") or not any(c.isspace() for c in word) or \
+            "=" in word.split(None, 1)[0]:
+        return [word]
+    try:
+        return shlex.split(word)
+    except ValueError:
+        return word.split()
+
+
 def parse_args_text(text: str) -> dict[str, Any]:
     """Every `--flag [value]` of a script or an argument list: value or True; $VARS resolved
     from the script's simple assignments, later flags win. Bash arrays and heredocs are read as
@@ -285,7 +400,7 @@ def parse_args_text(text: str) -> dict[str, Any]:
             words = shlex.split(line, comments=True)
         except ValueError:
             continue
-        words = [_resolve(w, variables) for w in words]
+        words = [part for w in words for part in _split_unquoted(_resolve(w, variables))]
         for i, word in enumerate(words):
             if not word.startswith("--") or len(word) < 3:
                 continue
@@ -298,6 +413,64 @@ def parse_args_text(text: str) -> dict[str, Any]:
             else:
                 out[key] = True
     return out
+
+
+def read_split(args: dict[str, Any], shape: dict[str, Any], pins: dict[str, Any],
+               imported: Imported) -> None:
+    """The pipeline split the arguments give (--pipeline-model-parallel-layout, the
+    --account-for-embedding/loss-in-pipeline-split flags, --decoder-first/last-pipeline-num-
+    layers; Megatron's rules as split_args states them) as the planner's: nothing when it is the
+    planner's even rule (costmodel.pipeline.stage_layer_counts), explicit per-stage layers
+    (Imported.stage_layers) with vpp 1, and SpecError naming both splits otherwise (the planner
+    splits interleaved chunks only by its even rule)."""
+    pp = pins.get("pp", 1)
+    layers = shape.get("num_hidden_layers")
+    text = args.get("--pipeline-model-parallel-layout")
+    first = as_int(args.get("--decoder-first-pipeline-num-layers"))
+    last = as_int(args.get("--decoder-last-pipeline-num-layers"))
+    emb = int(_flag(args, "--account-for-embedding-in-pipeline-split"))
+    loss = int(_flag(args, "--account-for-loss-in-pipeline-split"))
+    where = f"{imported.path}: --pipeline-model-parallel-layout {text}"
+    if text not in (None, True):
+        parsed = read_layout_string(str(text))
+        if len(parsed) % pp:
+            raise SpecError(f"{where} has {len(parsed)} stages, not a multiple of "
+                            f"--pipeline-model-parallel-size {pp}")
+        if parsed[0][0] != 1 or parsed[-1][2] != 1 or \
+                sum(c[0] + c[2] for c in parsed) != 2:
+            raise SpecError(f"{where}: the embedding E must open the first stage and the loss L "
+                            "close the last, once each")
+        counts = [c[1] for c in parsed]
+        if layers and sum(counts) != layers:
+            raise SpecError(f"{where} holds {sum(counts)} decoder layers, --num-layers is "
+                            f"{layers}")
+        layers = shape["num_hidden_layers"] = sum(counts)
+        pins["vpp"] = len(parsed) // pp
+        if "m" in str(text):
+            imported.notes.append("the pipeline layout's MTP layers (m) are not modelled")
+    elif pp > 1 and layers and (first is not None or last is not None):
+        inner = pp - (first is not None) - (last is not None)
+        rest = layers - (first or 0) - (last or 0)
+        if pins.get("vpp", 1) > 1 or (inner and rest % inner):
+            raise SpecError(f"{imported.path}: --decoder-first/last-pipeline-num-layers leave "
+                            f"{rest} layers that {inner} stages cannot share evenly")
+        even = rest // inner if inner else 0
+        counts = [even] * pp
+        if first is not None:
+            counts[0] = first
+        if last is not None:
+            counts[-1] = last
+    elif pp > 1 and layers and (emb or loss):
+        n = pp * pins.get("vpp", 1)
+        if (layers + emb + loss) % n:
+            raise SpecError(f"{imported.path}: {layers} layers + {emb + loss} (embedding/loss "
+                            f"accounted for) do not divide into {n} pipeline chunks")
+        counts = [(layers + emb + loss) // n] * n
+        counts[0] -= emb
+        counts[-1] -= loss
+    else:
+        return
+    apply_chunks(imported, layers, pins, counts, "the pipeline split")
 
 
 def _flag(args: dict[str, Any], *names: str) -> bool:
@@ -378,7 +551,7 @@ def read_args(args: dict[str, Any], imported: Imported) -> Imported:
     for flag, knob in (("--tensor-model-parallel-size", "tp"),
                        ("--pipeline-model-parallel-size", "pp"),
                        ("--context-parallel-size", "cp"), ("--expert-model-parallel-size", "ep"),
-                       ("--micro-batch-size", "mbs")):
+                       ("--expert-tensor-parallel-size", "etp"), ("--micro-batch-size", "mbs")):
         value = as_int(args.get(flag))
         if value:
             pins[knob] = value
@@ -395,6 +568,12 @@ def read_args(args: dict[str, Any], imported: Imported) -> Imported:
     elif "pp" in pins:
         pins["vpp"] = 1
     pins["sp"] = _flag(args, "--sequence-parallel")
+    if pins["sp"] and pins.get("tp") == 1:
+        # arguments.py validate_args (@ d98e8a64ddf3): "Disabling sequence parallelism because
+        # tensor model parallelism is disabled"
+        pins["sp"] = False
+        imported.notes.append("--sequence-parallel at TP 1: Megatron switches it off")
+    read_split(args, shape, pins, imported)
     if _flag(args, "--use-megatron-fsdp", "--use-torch-fsdp2"):
         strategy = str(args.get("--data-parallel-sharding-strategy", "optim_grads_params"))
         pins["zero"] = {"no_shard": 0, "optim": 1, "optim_grads": 2}.get(strategy, 3)

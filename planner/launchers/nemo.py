@@ -12,6 +12,16 @@ examples/*/conf/*_override_example.yaml ("ensure the structure matches the Confi
 scripts/training/train.sh takes the same overrides as KEY=VALUE. NeMo 2's llm recipes moved to
 Megatron-Bridge (same Megatron-Core field names). Every key is checked against
 known_keys/megatron_bridge.txt.
+
+Where the model's fields live: a recipe whose model comes from AutoBridge.get_model_config() (the
+llama family and every GPT-style bridge whose MODEL_CONFIG_CLASS is BridgeGPTModelConfig,
+models/conversion/model_bridge.py) holds Megatron-Core's TransformerConfig under
+`model.transformer` and only GPTModelConfig's own fields (OUTER_MODEL_FIELDS) at `model.`.
+Overrides are merged into that structure (training/utils/omegaconf_utils.py
+process_config_with_overrides: OmegaConf struct mode for KEY=VALUE, whose unknown keys are
+refused; a YAML key the structure lacks is skipped with a warning), so the YAML and KEY=VALUE
+forms write `model.transformer.FIELD`; the Python form writes `cfg.model.FIELD`, which
+BridgeGPTModelConfig.__setattr__ forwards to the transformer (and a GPTModelProvider holds flat).
 """
 
 from __future__ import annotations
@@ -27,8 +37,9 @@ from planner.launchers.common import (
     LaunchPlan,
     as_bool,
     as_int,
-    first_last_split,
+    select_functions,
     unknown_keys,
+    walk_in_order,
 )
 
 NAME = "nemo"
@@ -38,6 +49,26 @@ SOURCE = ("NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/training/config.py @ 
 MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed",
                    "fp8": "bf16_with_fp8_current_scaling_mixed"}
 ATTENTION_BACKEND = {"flash": "flash", "cudnn": "fused", "unfused": "unfused"}
+# the fields of Megatron-LM megatron/training/models/gpt.py GPTModelConfig @ d98e8a64ddf3 (the
+# base of Bridge's BridgeGPTModelConfig): at `model.`; every other model field is
+# TransformerConfig's, at `model.transformer.`
+OUTER_MODEL_FIELDS = frozenset((
+    "builder", "transformer", "transformer_layer_spec", "vocab_size",
+    "make_vocab_size_divisible_by", "should_pad_vocab", "seq_length", "fp16_lm_cross_entropy",
+    "logit_dtype", "parallel_output", "share_embeddings_and_output_weights",
+    "position_embedding_type", "rotary_percent", "rotary_base", "rope_scaling",
+    "rope_scaling_factor", "scatter_embedding_sequence_parallel", "seq_len_interpolation_factor",
+    "tp_comm_overlap_cfg", "use_arbitrary_attention_mask", "restore_modelopt_state",
+    "extra_checkpoint_metadata", "pre_wrap_hooks", "post_wrap_hooks"))
+COMM_OVERLAP_TARGET = "megatron.bridge.training.comm_overlap.CommOverlapConfig"
+# TransformerConfig's split fields, by the Megatron-LM argument that sets each
+SPLIT_FIELDS = {
+    "--account-for-embedding-in-pipeline-split": "account_for_embedding_in_pipeline_split",
+    "--account-for-loss-in-pipeline-split": "account_for_loss_in_pipeline_split",
+    "--decoder-first-pipeline-num-layers": "num_layers_in_first_pipeline_stage",
+    "--decoder-last-pipeline-num-layers": "num_layers_in_last_pipeline_stage",
+    "--pipeline-model-parallel-layout": "pipeline_model_parallel_layout",
+}
 
 
 def overrides(plan: LaunchPlan, warnings: list[str]) -> dict[str, dict[str, Any]]:
@@ -77,10 +108,13 @@ def overrides(plan: LaunchPlan, warnings: list[str]) -> dict[str, dict[str, Any]
         sequence_parallel=lay.sp,
         recompute_granularity=lay.recompute if lay.recompute in ("selective", "full") else None,
     )
-    ends = first_last_split(plan, warnings)
-    if ends is not None:  # uneven stages (TransformerConfig)
-        model.update(num_layers_in_first_pipeline_stage=ends[0],
-                     num_layers_in_last_pipeline_stage=ends[1])
+    # the split by Megatron's own rule (megatron.split_args), every split field written so that
+    # none the recipe sets (its account-for flags, its layout) is left to contradict it
+    from planner.launchers.megatron import chunk_counts, split_args
+
+    split = dict(split_args(m.num_hidden_layers, lay.pp, lay.vpp, chunk_counts(plan)))
+    for flag, name in SPLIT_FIELDS.items():
+        model[name] = split.get(flag, False if name.startswith("account") else None)
     if lay.recompute == "full":
         model.update(recompute_method="uniform", recompute_num_layers=1)
     if lay.recompute == "offload":
@@ -113,9 +147,51 @@ def overrides(plan: LaunchPlan, warnings: list[str]) -> dict[str, dict[str, Any]
         "ddp": ddp,
         "optimizer": {"use_distributed_optimizer": ddp["use_distributed_optimizer"]},
         "mixed_precision": MIXED_PRECISION[job.precision],
+        # a recipe may leave comm_overlap None: the YAML form builds one (_target_, instantiated
+        # by omegaconf_utils._apply_overrides), the Python form creates it when missing
         "comm_overlap": {"tp_comm_overlap": job.tp_comm_overlap,
                          "overlap_p2p_comm": job.p2p_overlap if lay.vpp > 1 else False},
     }
+
+
+def nested(sections: dict[str, Any]) -> dict[str, Any]:
+    """The sections as a builder-backed recipe's ConfigContainer holds them: TransformerConfig
+    fields under model.transformer, comm_overlap as an instantiable CommOverlapConfig."""
+    out = dict(sections)
+    model = sections["model"]
+    outer = {k: v for k, v in model.items() if k in OUTER_MODEL_FIELDS}
+    out["model"] = {**outer, "transformer": {k: v for k, v in model.items()
+                                             if k not in OUTER_MODEL_FIELDS}}
+    out["comm_overlap"] = {"_target_": COMM_OVERLAP_TARGET, **sections["comm_overlap"]}
+    return out
+
+
+def _override_value(value: Any) -> str:
+    """A value as Hydra's override grammar reads it once the shell has passed the word on:
+    null, true/false, a list without spaces (a space would split the KEY=VALUE word) in double
+    quotes (no glob), a string with grammar characters (a pipeline layout) single-quoted for
+    Hydra inside double quotes for the shell."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return '"[' + ",".join(_override_value(v) for v in value) + ']"'
+    text = str(value)
+    if any(c in text for c in " ,()[]{}=*|'\"$`\\"):
+        return "\"'" + text + "'\""
+    return text
+
+
+def _flat_deep(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """DOTTED.KEY -> value of every leaf of a nested mapping."""
+    out: list[tuple[str, Any]] = []
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out += _flat_deep(value, f"{prefix}{key}.")
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
 
 
 def _flat(sections: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -140,10 +216,8 @@ def export(plan: LaunchPlan, form: str = "yaml") -> Export:
     if bad:
         raise RuntimeError(f"Megatron-Bridge export uses keys ConfigContainer lacks: {bad}")
     cluster = plan.cluster
-
-    def cli(v: Any) -> str:
-        return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
-
+    tree = nested(sections)
+    cli_pairs = [(k, v) for k, v in _flat_deep(tree) if not k.endswith("._target_")]
     lines = [
         *plan.header(),
         f"# Megatron-Bridge ConfigContainer overrides (names: {SOURCE}).",
@@ -151,8 +225,11 @@ def export(plan: LaunchPlan, form: str = "yaml") -> Export:
         f"# {cluster.num_nodes} node(s) x {cluster.gpus_per_node} GPUs:",
         f"#   ./scripts/training/train.sh --nodes {cluster.num_nodes} --gpus-per-node "
         f"{cluster.gpus_per_node} --recipe RECIPE [KEY=VALUE overrides below]",
-        "# the same overrides as KEY=VALUE:",
-        "#   " + " ".join(f"{k}={cli(v)}" for k, v in flat),
+        "# the same overrides as KEY=VALUE (the model's TransformerConfig fields under "
+        "model.transformer, as",
+        "# a builder-backed recipe holds them; a recipe still on GPTModelProvider takes "
+        "model.FIELD):",
+        "#   " + " ".join(f"{k}={_override_value(v)}" for k, v in cli_pairs),
         *[f"# WARNING: {w}" for w in warnings],
     ]
     if form == "python":
@@ -162,12 +239,18 @@ def export(plan: LaunchPlan, form: str = "yaml") -> Export:
             "",
             "def planner_overrides(cfg: ConfigContainer) -> ConfigContainer:",
             '    """Apply the planned layout to a recipe\'s ConfigContainer."""',
-            *[f"    cfg.{k} = {v!r}" for k, v in flat],
+            *[f"    cfg.{k} = {v!r}" for k, v in flat if not k.startswith("comm_overlap.")],
+            "    if cfg.comm_overlap is None:  # the recipe has none: make one",
+            "        from megatron.bridge.training.comm_overlap import CommOverlapConfig",
+            "",
+            "        cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap="
+            f"{sections['comm_overlap']['tp_comm_overlap']!r})",
+            *[f"    cfg.{k} = {v!r}" for k, v in flat if k.startswith("comm_overlap.")],
             "    return cfg",
             "",
         ]
     else:
-        lines += [yaml.safe_dump(sections, sort_keys=False, default_flow_style=False).rstrip(), ""]
+        lines += [yaml.safe_dump(tree, sort_keys=False, default_flow_style=False).rstrip(), ""]
     return Export(NAME, "\n".join(lines), keys, warnings)
 
 
@@ -184,10 +267,26 @@ def looks_like(text: str, path: str) -> bool:
         or "global_batch_size" in text)
 
 
-def python_sections(text: str, path: str) -> dict[str, Any]:
-    """ConfigContainer sections from a recipe's Python: `cfg.SECTION.FIELD = literal`,
-    `cfg.mixed_precision = NAME()` / `_perf_precision("bf16")`, CommOverlapConfig(...) keywords
-    and a `cfg.comm_overlap.tp_comm_overlap_cfg = ...` (userbuffers: TP overlap on)."""
+def _recipe_functions(tree: Any) -> dict[str, Any]:
+    """The module's top-level functions that set a ConfigContainer (`cfg.SECTION... = ...`)."""
+    import ast
+
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any(
+                isinstance(n, ast.Assign) and any(ast.unparse(t).startswith("cfg.")
+                                                  for t in n.targets)
+                for n in ast.walk(node)):
+            out[node.name] = node
+    return out
+
+
+def python_sections(text: str, path: str, function: str | None = None) -> dict[str, Any]:
+    """ConfigContainer sections from a recipe's Python (one recipe function of a file with
+    several: common.select_functions): `cfg.SECTION.FIELD = literal` (and
+    `cfg.model.transformer.FIELD`), `cfg.mixed_precision = NAME()` / `_perf_precision("bf16")`,
+    CommOverlapConfig(...) keywords and a `cfg.comm_overlap.tp_comm_overlap_cfg = ...`
+    (userbuffers: TP overlap on)."""
     import ast
 
     from planner.errors import SpecError
@@ -198,7 +297,8 @@ def python_sections(text: str, path: str) -> dict[str, Any]:
         raise SpecError(f"{path}: not valid Python: {exc.msg} (line {exc.lineno})") from None
     data: dict[str, Any] = {}
     precision_names = {"bf16": "bf16_mixed", "fp16": "fp16_mixed"}
-    for node in ast.walk(tree):
+    bodies = select_functions(path, function, _recipe_functions(tree), tree)
+    for node in (n for body in bodies for n in walk_in_order(body)):
         if not isinstance(node, ast.Assign):
             continue
         for target in node.targets:
@@ -210,6 +310,8 @@ def python_sections(text: str, path: str) -> dict[str, Any]:
             if not (isinstance(t, ast.Name) and t.id == "cfg") or not chain:
                 continue
             chain.reverse()
+            if chain[:2] == ["model", "transformer"] and len(chain) == 3:
+                chain = ["model", chain[2]]  # a builder-backed model's TransformerConfig field
             value = node.value
             if chain == ["mixed_precision"] and isinstance(value, ast.Call):
                 name = getattr(value.func, "id", getattr(value.func, "attr", ""))
@@ -239,29 +341,96 @@ def python_sections(text: str, path: str) -> dict[str, Any]:
                 literal = ast.literal_eval(value)
             except (ValueError, TypeError, SyntaxError):
                 continue  # e.g. torch.bfloat16, a function call: not a layout fact
-            data.setdefault(chain[0], {})[chain[1]] = literal
+            section = data.setdefault(chain[0], {})
+            if isinstance(section, dict):  # (a precision set by name takes no fields here)
+                section[chain[1]] = literal
     return data
 
 
-def read(text: str, path: str) -> Imported:
+def read(text: str, path: str, function: str | None = None) -> Imported:
+    """A recipe's Python (`function`: which recipe function of a file with several) or a YAML
+    (overrides, a printed ConfigContainer, NeMo 1's config with its interpolations resolved)."""
     from planner.errors import SpecError
 
     if _PY_ASSIGN.search(text):
-        return from_data(python_sections(text, path), text, path)
+        return from_data(python_sections(text, path, function), text, path)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping at the top level")
-    return from_data(data, text, path)
+    notes: list[str] = []
+    data = resolve_interpolations(data, notes)
+    imported = from_data(data, text, path)
+    imported.notes += notes
+    return imported
+
+
+_INTERPOLATION = re.compile(r"\$\{([^${}]*)\}")
+
+
+def resolve_interpolations(data: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """OmegaConf interpolations as NeMo's configs use them: `${.key}` (the same mapping),
+    `${a.b}` (from the root) and NeMo 1's `${multiply:x, y}` resolver (nemo/core/config
+    registers it: the product), innermost first. What stays unresolved is dropped with a note
+    (an unread field, never a string read as a number)."""
+
+    def lookup(ref: str, parent: dict[str, Any]) -> Any:
+        node: Any = parent if ref.startswith(".") else data
+        for part in ref.lstrip(".").split("."):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        return node
+
+    def resolve(value: str, parent: dict[str, Any]) -> Any:
+        for _ in range(8):
+            m = _INTERPOLATION.search(value)
+            if not m:
+                break
+            inner = m.group(1).strip()
+            if inner.startswith("multiply:"):
+                factors = [as_int(resolve(x.strip(), parent)) for x in inner[9:].split(",")]
+                result: Any = None if None in factors else __import__("math").prod(factors)
+            elif ":" in inner:
+                result = None  # another resolver
+            else:
+                result = lookup(inner, parent)
+            if result is None or isinstance(result, (dict, list)):
+                return None
+            if m.group(0) == value:
+                return result
+            value = value.replace(m.group(0), str(result))
+        return None if "${" in value else value
+
+    def walk(node: Any, key: str) -> Any:
+        if isinstance(node, dict):
+            out = {}
+            for k, v in node.items():
+                if isinstance(v, str) and "${" in v:
+                    got = resolve(v, node)
+                    if got is None:
+                        notes.append(f"{key}{k}: {v} is not resolved (an OmegaConf resolver "
+                                     "this reader does not know)")
+                        continue
+                    out[k] = got
+                else:
+                    out[k] = walk(v, f"{key}{k}.")
+            return out
+        return node
+
+    return walk(data, "")
 
 
 def from_data(data: dict[str, Any], text: str, path: str) -> Imported:
     """Model, layout and recipe from a ConfigContainer mapping (or NeMo 1's); shared by the
     config reader and the log reader (a printed ConfigContainer YAML)."""
     imported = Imported(NAME, path, framework="NeMo/Megatron-Bridge")
-    model = data.get("model") or {}
+    model = dict(data.get("model") or {})
+    transformer = model.pop("transformer", None)
+    if isinstance(transformer, dict):  # a builder-backed model: TransformerConfig nested
+        model.update(transformer)
     train = data.get("train") or {}
     dataset = data.get("dataset") or data.get("data") or {}
     ddp = data.get("ddp") or {}
@@ -328,6 +497,13 @@ def from_data(data: dict[str, Any], text: str, path: str) -> Imported:
             gran = (model.get("recompute_granularity")
                     or model.get("activations_checkpoint_granularity"))  # NeMo 1
             pins["recompute"] = gran if gran in ("selective", "full") else "none"
+    if pins.get("pp", 1) > 1 and shape.get("num_hidden_layers"):
+        # TransformerConfig's split fields, read by Megatron's rules (megatron.read_split)
+        from planner.launchers.megatron import read_split
+
+        args = {flag: model[name] for flag, name in SPLIT_FIELDS.items()
+                if model.get(name) not in (None, False)}
+        read_split(args, shape, pins, imported)
     optimizer = data.get("optimizer") or {}
     dist = ddp.get("use_distributed_optimizer", optimizer.get("use_distributed_optimizer"))
     if as_bool(ddp.get("use_megatron_fsdp")):
@@ -340,9 +516,17 @@ def from_data(data: dict[str, Any], text: str, path: str) -> Imported:
     if "grad_reduce_in_fp32" in ddp:
         job["grad_dtype"] = "auto" if as_bool(ddp["grad_reduce_in_fp32"]) else "half"
     optim = model.get("optim")
-    if "zero" not in pins and isinstance(optim, dict) and "distributed" in str(optim.get("name")):
-        pins["zero"] = 1  # NeMo 1: optim.name distributed_fused_adam
-    precision = str(data.get("mixed_precision") or trainer.get("precision") or "")
+    if "zero" not in pins and isinstance(optim, dict) and optim.get("name"):
+        # NeMo 1: optim.name distributed_fused_adam (Apex's ZeRO-style sharded Adam) is ZeRO 1;
+        # fused_adam and the others keep the whole optimizer state on every rank
+        pins["zero"] = 1 if "distributed" in str(optim["name"]) else 0
+    mixed = data.get("mixed_precision")
+    if isinstance(mixed, dict):  # a printed MixedPrecisionConfig: its fields, not its key names
+        fp8 = mixed.get("fp8") not in (None, False)
+        precision = ("fp8" if fp8 else "fp16" if as_bool(mixed.get("fp16")) else
+                     "bf16" if as_bool(mixed.get("bf16")) else "")
+    else:
+        precision = str(mixed or trainer.get("precision") or "")
     if "fp8" in precision or model.get("fp8") not in (None, False):
         job["precision"] = "fp8"
     elif "fp16" in precision or precision == "16":

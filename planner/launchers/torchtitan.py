@@ -27,11 +27,13 @@ from planner.launchers.common import (
     Export,
     Imported,
     LaunchPlan,
+    apply_chunks,
     as_bool,
     as_int,
+    select_functions,
     shape_of,
     unknown_keys,
-    warn_uneven_split,
+    walk_in_order,
 )
 
 NAME = "torchtitan"
@@ -43,6 +45,73 @@ FLAVORS: dict[tuple[str, str], str] = {
     ("llama3", "405B"): "llama3.1-405b",
 }
 _SHAPE_COMMENT = "# planner model shape: "
+
+
+def titan_chunks(layers: int, stages: int, first_less: int = 1,
+                 last_less: int = 1) -> list[int] | None:
+    """Decoder layers of each pipeline chunk as torchtitan splits them
+    (distributed/pipeline_parallel.py _generate_llm_fqn_per_model_part @ b5bcd76c66d0, the same
+    in v0.2.2 and 0.3.0): the embedding counts as `first_less` layers and the head as
+    `last_less`, (L + both) // stages a chunk, the remainder one each to the first chunks; None
+    where torchtitan refuses (an empty chunk, a weight above the chunk size) or drops layers."""
+    if stages == 1:
+        return [layers]
+    effective = layers + first_less + last_less
+    per, extra = divmod(effective, stages)
+    if per == 0 or first_less > per or last_less > per:
+        return None
+    counts, placed = [], 0
+    for i in range(stages):
+        n = per + (1 if i < extra else 0) - (first_less if i == 0 else 0) - \
+            (last_less if i == stages - 1 else 0)
+        n = max(0, min(n, layers - placed))
+        counts.append(n)
+        placed += n
+    return counts if placed == layers else None
+
+
+def titan_stages(layers: int, pp: int, interleaved: bool, per_stage: int | None,
+                 first_less: int = 1, last_less: int = 1) -> int:
+    """Pipeline chunks torchtitan builds (pipeline_parallel.py _get_pipeline_metadata):
+    ceil((L + first_less + last_less) / layers_per_stage), else pp (1F1B, GPipe) or 2 x pp
+    (looped schedules such as Interleaved1F1B)."""
+    if per_stage:
+        return -(-(layers + first_less + last_less) // per_stage)
+    return pp * (2 if interleaved else 1)
+
+
+def split_fields(plan: LaunchPlan, head: str) -> dict[str, Any]:
+    """ParallelismConfig fields that make torchtitan build the plan's chunks (the planner's
+    split: explicit per-stage layers with vpp 1, else its even rule over pp x vpp chunks): the
+    first/last-stage weights and layers per stage where torchtitan's own split gives them,
+    else the modules of every chunk (module_fqns_per_model_part; `head` is the output
+    projection's name: 'lm_head' since 2026, 'output' in v0.2.2)."""
+    from planner.costmodel.pipeline import stage_layer_counts
+
+    m, lay = plan.model, plan.layout
+    layers, n = m.num_hidden_layers, lay.pp * lay.vpp
+    want = (list(lay.stage_layers) if lay.stage_layers and lay.vpp == 1
+            else stage_layer_counts(layers, n))
+    for first, last in ((1, 1), (0, 0), (1, 0), (0, 1)):
+        if titan_chunks(layers, n, first, last) != want:
+            continue
+        effective = layers + first + last
+        for per_stage in (None, -(-effective // n)):
+            if titan_stages(layers, lay.pp, lay.vpp > 1, per_stage, first, last) == n:
+                out: dict[str, Any] = {}
+                if (first, last) != (1, 1):
+                    out["pipeline_parallel_first_stage_less_layers"] = first
+                    out["pipeline_parallel_last_stage_less_layers"] = last
+                if per_stage:
+                    out["pipeline_parallel_layers_per_stage"] = per_stage
+                return out
+    parts, start = [], 0
+    for i, count in enumerate(want):
+        part = [f"layers.{j}" for j in range(start, start + count)]
+        start += count
+        parts.append((["tok_embeddings"] if i == 0 else []) + part +
+                     (["norm", head] if i == n - 1 else []))
+    return {"module_fqns_per_model_part": parts}
 
 
 def flavor_of(model_name: str, aliases: list[str]) -> tuple[str, str] | None:
@@ -60,7 +129,6 @@ def export(plan: LaunchPlan, form: str = "python") -> Export:
         return export_toml(plan)
     m, lay, job = plan.model, plan.layout, plan.job
     warnings: list[str] = []
-    warn_uneven_split(plan, warnings, "torchtitan")
     flavor = flavor_of(m.name, m.aliases)
     if lay.zero == 1:
         warnings.append("ZeRO-1 has no FSDP2 form: exported as ZeRO-2 (FSDP sharding with "
@@ -78,15 +146,25 @@ def export(plan: LaunchPlan, form: str = "python") -> Export:
                        pipeline_parallel_degree=lay.pp)
     if lay.pp > 1:
         parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if lay.vpp > 1 else "1F1B"
-        parallelism["pipeline_parallel_layers_per_stage"] = m.num_hidden_layers // (lay.pp *
-                                                                                   lay.vpp)
-        parallelism["num_pp_microbatches"] = plan.grad_accum
+        parallelism.update(split_fields(plan, "lm_head"))
     parallelism.update(context_parallel_degree=lay.cp, expert_parallel_degree=lay.ep)
-    training = {
+    # the batch: main since 73aed7f6c09c counts tokens, release 0.3.0 sequences (local_batch_size
+    # per DP rank and step: every pipeline micro-batch of the step with PP)
+    training: dict[str, Any] = {
         "num_tokens_per_microbatch_per_dp_rank": f"{lay.mbs} * {job.seq_len}",
         "num_tokens_per_train_step": f"{job.global_batch} * {job.seq_len}",
         "max_context_length": job.seq_len,
     }
+    release: dict[str, Any] = {
+        "local_batch_size": lay.mbs * plan.grad_accum if lay.pp > 1 else lay.mbs,
+        "global_batch_size": job.global_batch, "seq_len": job.seq_len,
+    }
+    if lay.pp > 1 or lay.ep > 1:
+        # Trainer.Config._validate_cuda_graphs (trainer.py @ b5bcd76c66d0 and 0.3.0): CUDA graphs
+        # (on by default) refuse pipeline parallelism and the default expert-parallel dispatcher
+        training["disable_cuda_graphs"] = release["disable_cuda_graphs"] = True
+    micro = {"num_pp_microbatches": plan.grad_accum} if lay.pp > 1 else {}
+    release_micro = {"pipeline_parallel_microbatch_size": lay.mbs} if lay.pp > 1 else {}
     if lay.recompute == "offload":
         warnings.append("recompute=offload (activations to host) has no torchtitan config "
                         "(training.enable_cpu_offload offloads FSDP parameters and optimizer "
@@ -136,21 +214,39 @@ def export(plan: LaunchPlan, form: str = "python") -> Export:
         "",
         *(["from torchtitan.components.quantization import Float8LinearConverter"]
           if converters else []),
+        "import dataclasses",
+        "",
         "from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig",
         "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC",
         f"from torchtitan.models.{family} import model_registry",
         "from torchtitan.trainer import Trainer",
         "",
+        "# torchtitan main since 73aed7f6c09c (2026-08-20) counts the batch in tokens; release "
+        "0.3.0",
+        "# (PyPI) in sequences: the fields of this TrainingConfig say which",
+        "TOKENS = \"num_tokens_per_train_step\" in {f.name for f in "
+        "dataclasses.fields(TrainingConfig)}",
+        "",
         "",
         "def planner_plan() -> Trainer.Config:",
         f'    model_spec = model_registry("{flavor_name}"{converters})',
+        "    if TOKENS:",
+        "        training = TrainingConfig(",
+        *[f"            {k}={v}," for k, v in training.items()],
+        "        )",
+        f"        microbatches = dict({', '.join(f'{k}={v!r}' for k, v in micro.items())})",
+        "    else:  # release 0.3.0",
+        "        training = TrainingConfig(",
+        *[f"            {k}={v!r}," for k, v in release.items()],
+        "        )",
+        "        microbatches = dict("
+        + ", ".join(f"{k}={v!r}" for k, v in release_micro.items()) + ")",
         "    return Trainer.Config(",
         "        model_spec=model_spec,",
-        "        training=TrainingConfig(",
-        *[f"            {k}={v}," for k, v in training.items()],
-        "        ),",
+        "        training=training,",
         "        parallelism=ParallelismConfig(",
         *[f"            {k}={v!r}," for k, v in parallelism.items()],
+        "            **microbatches,",
         "        ),",
         f"        activation_checkpoint={ac},",
         "        compile=CompileConfig("
@@ -159,6 +255,9 @@ def export(plan: LaunchPlan, form: str = "python") -> Export:
         "",
     ]
     keys = ([f"training.{k}" for k in training] + [f"parallelism.{k}" for k in parallelism]
+            + [f"parallelism.{k}" for k in micro]
+            + [f"v0.3.0.training.{k}" for k in release]
+            + [f"v0.3.0.parallelism.{k}" for k in [*parallelism, *release_micro]]
             + [f"compile.{k}" for k in compile_kw]
             + ["trainer.model_spec", "trainer.training", "trainer.parallelism",
                "trainer.activation_checkpoint", "trainer.compile"])
@@ -173,7 +272,6 @@ def export_toml(plan: LaunchPlan) -> Export:
     torchtitan/config/job_config.py at 9810191bbb03^, layout as its llama3_405b.toml writes it."""
     m, lay, job = plan.model, plan.layout, plan.job
     warnings: list[str] = []
-    warn_uneven_split(plan, warnings, "torchtitan")
     flavor = flavor_of(m.name, m.aliases)
     family, flavor_name = flavor or ("llama3", "CUSTOM")
     if flavor is None:
@@ -206,7 +304,7 @@ def export_toml(plan: LaunchPlan) -> Export:
     par["pipeline_parallel_degree"] = lay.pp
     if lay.pp > 1:
         par["pipeline_parallel_schedule"] = "Interleaved1F1B" if lay.vpp > 1 else "1F1B"
-        par["pipeline_parallel_layers_per_stage"] = m.num_hidden_layers // (lay.pp * lay.vpp)
+        par.update(split_fields(plan, "output"))  # v0.2.2 names the head 'output'
         par["pipeline_parallel_microbatch_size"] = lay.mbs
     par.update(context_parallel_degree=lay.cp, expert_parallel_degree=lay.ep)
     sections["parallelism"] = par
@@ -293,14 +391,32 @@ def _call_name(node: ast.Call) -> str:
     return ".".join(reversed(parts))
 
 
-def _python_sections(text: str, path: str) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+def _config_functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
+    """The module's top-level functions that build a config (torchtitan's `--config FUNCTION`
+    of a config registry): those that return Trainer.Config or set its sections."""
+    out = {}
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        returns = ast.unparse(node.returns) if node.returns else ""
+        body = ast.unparse(node)
+        if "Config" in returns or any(k in body for k in ("TrainingConfig(",
+                                                          "ParallelismConfig(",
+                                                          ".parallelism.", ".training.")):
+            out[node.name] = node
+    return out
+
+
+def _python_sections(text: str, path: str, function: str | None = None
+                     ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Section -> key -> value from the calls TrainingConfig(...), ParallelismConfig(...),
-    CompileConfig(...) and assignments config.SECTION.KEY = value; and facts (family, flavor,
-    activation checkpointing, float8)."""
+    CompileConfig(...) and assignments config.SECTION.KEY = value of one config function
+    (_selected); and facts (family, flavor, activation checkpointing, float8)."""
     try:
         tree = ast.parse(text)
     except SyntaxError as exc:
         raise SpecError(f"{path}: not valid Python: {exc.msg} (line {exc.lineno})") from None
+    bodies = select_functions(path, function, _config_functions(tree), tree)
     sections: dict[str, dict[str, Any]] = {"training": {}, "parallelism": {}, "compile": {}}
     facts: dict[str, Any] = {}
     names = {"TrainingConfig": "training", "ParallelismConfig": "parallelism",
@@ -310,6 +426,7 @@ def _python_sections(text: str, path: str) -> tuple[dict[str, dict[str, Any]], d
                 node.module.startswith("torchtitan.models.") and \
                 any(a.name == "model_registry" for a in node.names):
             facts["family"] = node.module.split(".")[2]
+    for node in (n for body in bodies for n in walk_in_order(body)):
         if isinstance(node, ast.Call):
             name = _call_name(node)
             short = name.split(".")[-1]
@@ -344,6 +461,9 @@ def _python_sections(text: str, path: str) -> tuple[dict[str, dict[str, Any]], d
                         facts["ac"] = _call_name(node.value).split(".")[-2]
                     elif isinstance(node.value, ast.Constant) and node.value.value is None:
                         facts["ac"] = "None"
+    family = re.search(r"models/(\w+)/config_registry\.py$", path.replace("\\", "/"))
+    if "family" not in facts and family:
+        facts["family"] = family.group(1)
     if "family" not in facts:
         # a config_registry.py inside torchtitan/models/<family>/ imports `from . import
         # model_registry` and its model class (Llama3Model, ...)
@@ -398,15 +518,55 @@ def _toml_sections(text: str, path: str) -> tuple[dict[str, dict[str, Any]], dic
     return {"training": training, "parallelism": parallelism, "compile": compile_}, facts
 
 
-def read(text: str, path: str) -> Imported:
+def read(text: str, path: str, function: str | None = None) -> Imported:
+    """A TOML job file or a Python config module (`function`: which config function of a
+    registry with several)."""
     is_toml = bool(re.search(r"^\[parallelism\]", text, re.M))
-    sections, facts = (_toml_sections if is_toml else _python_sections)(text, path)
+    if is_toml:
+        sections, facts = _toml_sections(text, path)
+    else:
+        sections, facts = _python_sections(text, path, function)
     imported = from_sections(sections, facts, Imported(NAME, path, framework="torchtitan"),
                              is_toml)
     launch = re.search(r"--nnodes (\d+) --nproc_per_node (\d+)", text)
     if launch:
         imported.num_nodes, imported.gpus_per_node = int(launch.group(1)), int(launch.group(2))
     return imported
+
+
+# torch.distributed.pipelining schedules.py get_schedule_class: the single-stage schedules (one
+# chunk per rank; names compared in lower case); the others loop over several chunks a rank
+SINGLE_STAGE_SCHEDULES = ("1f1b", "gpipe")
+
+
+def resolve_split(imported: Imported, layers: int, pins: dict[str, Any]) -> None:
+    """vpp and the layers of each chunk as torchtitan builds them for a model of `layers`
+    layers (titan_stages, titan_chunks; or the config's module list), as the planner's split
+    (common.apply_chunks). SpecError where torchtitan would refuse the split."""
+    d = imported.deferred
+    if pins.get("pp", 1) == 1 or "interleaved" not in d:
+        return
+    pp = pins["pp"]
+    parts = imported.chunks
+    if parts:
+        stages, chunks = len(parts), parts
+        what = "module_fqns_per_model_part"
+    else:
+        stages = titan_stages(layers, pp, bool(d["interleaved"]), d["layers_per_stage"] or None,
+                              d["first_less"], d["last_less"])
+        chunks = titan_chunks(layers, stages, d["first_less"], d["last_less"])
+        what = (f"pipeline_parallel_layers_per_stage={d['layers_per_stage'] or 'default'} with "
+                f"first/last stage weights {d['first_less']}/{d['last_less']}")
+        if chunks is None:
+            raise SpecError(f"{imported.path}: torchtitan cannot split {layers} layers into "
+                            f"{stages} pipeline chunks ({what})")
+    if stages % pp:
+        raise SpecError(f"{imported.path}: {stages} pipeline chunks ({what}) is not a multiple "
+                        f"of pipeline_parallel_degree {pp}")
+    if "vpp" in pins and pins["vpp"] * pp != stages:
+        return  # --vpp typed: the command line's split (the even rule)
+    pins["vpp"] = stages // pp
+    apply_chunks(imported, layers, pins, list(chunks), what)
 
 
 def from_sections(sections: dict[str, dict[str, Any]], facts: dict[str, Any],
@@ -451,13 +611,21 @@ def from_sections(sections: dict[str, dict[str, Any]], facts: dict[str, Any],
     sp = as_bool(par.get("enable_sequence_parallel"))
     pins["sp"] = pins["tp"] > 1 and (True if sp is None else sp)
     schedule = str(par.get("pipeline_parallel_schedule", "1F1B"))
-    per_stage = as_int(par.get("pipeline_parallel_layers_per_stage"))
-    if pins["pp"] > 1 and "Interleaved" in schedule and per_stage:
-        imported.notes.append("virtual stages from pipeline_parallel_layers_per_stage")
-        imported.deferred["layers_per_stage"] = per_stage
+    if pins["pp"] > 1:
+        # the chunks follow from the model's layers (resolve_split); an explicit module list
+        # states them
+        imported.deferred.update(
+            interleaved=int(schedule.lower() not in SINGLE_STAGE_SCHEDULES),
+            layers_per_stage=as_int(par.get("pipeline_parallel_layers_per_stage")) or 0,
+            first_less=as_int(par.get("pipeline_parallel_first_stage_less_layers", 1)) or 0,
+            last_less=as_int(par.get("pipeline_parallel_last_stage_less_layers", 1)) or 0)
+        parts = par.get("module_fqns_per_model_part")
+        if isinstance(parts, list) and parts:
+            imported.chunks = tuple(sum(str(x).startswith("layers.") for x in part)
+                                    for part in parts)
     else:
         pins["vpp"] = 1
-    if shard == 1 and replicate >= 1:
+    if shard == 1 and replicate >= 1 and par.get("fsdp_reshard_after_forward") != "never":
         pins["zero"] = 0
         pins["dp"] = replicate
     else:

@@ -19,6 +19,7 @@ from typing import Any
 
 from planner import limits
 from planner.errors import PlannerError, SpecError
+from planner.io import require_file
 from planner.layout import KNOBS, RECOMPUTE_LEVELS, Layout
 from planner.specs import ClusterSpec, GpuProfile, JobSpec, ModelSpec
 from planner.stacks import DEFAULT_STACK, resolve_stack
@@ -147,6 +148,53 @@ def _seconds(value: Any, col: str) -> float | None:
     if x > limits.MAX_STEP_TIME_S:
         raise SpecError(f"{col} {x:g} s is more than {limits.MAX_STEP_TIME_S:g} s (a day) per step")
     return x
+
+
+def is_cpu_profile(gpu: GpuProfile) -> bool:
+    """Whether a profile describes CPU processes (`planner profile` on a CPU: loopback fabric,
+    its provenance's device 'cpu ...')."""
+    device = str((gpu.provenance or {}).get("device") or "")
+    return device.lower().startswith("cpu") or gpu.intra_node_fabric == "loopback"
+
+
+def profile_device_mismatch(gpu: GpuProfile, device: str) -> str | None:
+    """'DEVICE, but profile P describes OTHER' when `device` as torch names it ('cpu ...' for
+    CPU processes, else the GPU's name) is not the device `gpu` describes; None when they agree
+    or nothing can be said (an unknown GPU name, an empty device)."""
+    from planner.registry import builtin_gpus, gpu_of_device
+
+    if not device:
+        return None
+    prov_device = str((gpu.provenance or {}).get("device") or "")
+    profile_cpu = is_cpu_profile(gpu)
+    device_cpu = device.lower().startswith("cpu")
+    if device_cpu != profile_cpu:
+        return (f"{'a CPU' if device_cpu else device}, but profile {gpu.name} describes "
+                f"{'CPU processes' if profile_cpu else 'a GPU'}")
+    if device_cpu:
+        return None
+    profile_gpu = gpu_of_device(prov_device) if prov_device else None
+    if profile_gpu is None:
+        base = str((gpu.provenance or {}).get("base_profile") or "")
+        profile_gpu = next((g for g in builtin_gpus().values() if g.name in (gpu.name, base)),
+                           None)
+    device_gpu = gpu_of_device(device)
+    if device_gpu is not None and profile_gpu is not None and device_gpu.name != profile_gpu.name:
+        return f"{device} ({device_gpu.name}), but profile {gpu.name} describes " \
+               f"{profile_gpu.name}"
+    return None
+
+
+def device_mismatch(runs: Iterable[MeasuredRun], gpu: GpuProfile) -> str | None:
+    """One line when a validate record was measured on another kind of device than `gpu`
+    describes (CPU records against a GPU profile, or the reverse, or one GPU model's records
+    against another's profile); None when they agree or the records name no device."""
+    for run in runs:
+        if run.source_id == "validate":
+            why = profile_device_mismatch(gpu, run.gpu_type)
+            if why:
+                return f"{run.run_id} was measured on {why}"
+    return None
 
 
 def gpu_name_of(gpu_type: str) -> str:
@@ -614,13 +662,12 @@ def run_from_record(record: dict[str, Any], gpu: GpuProfile, run_id: str) -> Mea
 
 def load_records(path: str | Path, gpu: GpuProfile) -> tuple[list[MeasuredRun], list[Skipped]]:
     """The runs of a validate JSON-lines file (failed runs skipped with their reason)."""
-    from planner.io import read_jsonl
+    from planner.io import read_jsonl_lines
 
     path = Path(path)
-    if not path.is_file():
-        raise SpecError(f"runs file not found: {path}")
+    require_file(path, "runs file")
     runs, skipped = [], []
-    for i, record in enumerate(read_jsonl(path), 1):
+    for i, record in read_jsonl_lines(path):  # a line that is not JSON: one warning, skipped
         run_id = f"{path.name}:{i}"
         try:
             runs.append(run_from_record(record, gpu, run_id))
@@ -667,17 +714,20 @@ def load_runs(path: str | Path, gpu: GpuProfile) -> tuple[list[MeasuredRun], lis
     keep their own GPU; records are predicted on `gpu`."""
     path = Path(path)
     if path.suffix.lower() == ".csv":
-        if not path.is_file():
-            raise SpecError(f"runs file not found: {path}")
+        require_file(path, "runs file")
         return load_table(path)
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
         return load_records(path, gpu)
     if path.suffix.lower() in (".log", ".txt", ".out"):
         # a Megatron-LM / NeMo / torchtitan training log (planner.measured.logs)
-        if not path.is_file():
-            raise SpecError(f"runs file not found: {path}")
+        require_file(path, "runs file")
         try:
-            return [run_from_log(path, gpu)], []
+            # the same bounds as a runs table's rows: a step time within a day, the stated
+            # degrees the GPU count, no faster than the GPUs' dense peak (physics_reason)
+            run = run_from_log(path, gpu)
+            _seconds(run.measured_step_time_s, "step time of the log")
+            _check_world(run.pins, run.cluster.num_gpus)
+            return [_physical(run)], []
         except PlannerError as exc:
             return [], [Skipped(path.name, "log", str(exc))]
     raise SpecError(f"runs file {path}: expected .jsonl (planner validate records), .csv "

@@ -53,8 +53,8 @@ def enumerate_layouts(
 
     pins = normalize_pins(pins)
     domains = knob_domains(model, cluster, job, pins, tp_across_nodes)
-    structures = StructureModel(model, cluster, job, domains, config).enumerate()
-    return expand_structures(structures, pins, checks.offload_allowed(cluster))
+    structures = StructureModel(model, cluster, job, domains, config, pins).enumerate()
+    return expand_structures(structures, pins, checks.offload_allowed(cluster), model.is_moe)
 
 
 def build_space(

@@ -71,7 +71,8 @@ def plans_indistinguishable(plans: Sequence[Any]) -> int:
 def order_ties(plans: Sequence[Any]) -> list[Any]:
     """A list of plans (fitting first, by step time) in `solve`'s final order, for rankings
     built outside the search (benchmarks/ranking.py): the fitting plans whose band overlaps the
-    fastest fitting plan's come first, by robustness score then peak memory, flagged
+    fastest fitting plan's come first (those within the memory band of the capacity last), by
+    robustness score then peak memory, flagged
     tied_with_best; the others keep their order. Ranks are renumbered from 1."""
     from dataclasses import replace
 
@@ -85,8 +86,11 @@ def order_ties(plans: Sequence[Any]) -> list[Any]:
     best = int(np.argmin(cols["step_time_s"]))
     tied = overlaps_best(cols["step_time_low_s"], cols["step_time_high_s"], best)
     score = robust_step_time(cols)
+    from planner.costmodel.memory import near_capacity
+
+    tight = near_capacity([e.peak_mem_gb for e in ests], [e.mem_capacity_gb for e in ests])
     tie_order = sorted((k for k in range(len(fitting)) if tied[k]),
-                       key=lambda k: (score[k], ests[k].peak_mem_gb, k))
+                       key=lambda k: (bool(tight[k]), score[k], ests[k].peak_mem_gb, k))
     head = [fitting[k] for k in tie_order]
     rest = [i for i in range(len(plans)) if i not in set(head)]
     flags = set(head)

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.layout import KNOBS, Layout
-from planner.search.problem import Space, knob_code
+from planner.layout import Layout
+from planner.search.problem import KNOBS, Space, knob_code
 
 # A layout "reaches the best" within this fraction of the best step time: finer than the cost
 # model can tell apart (its held-out median error is several percent, README Accuracy), so the
@@ -49,20 +49,30 @@ def _value(space: Space, knob: str, i: int) -> object:
 def compare(space: Space, current: Layout, current_step_time_s: float,
             current_fits: bool) -> Comparison:
     """Rank `current` among the fitting rows of `space` (strictly faster rows ahead of it) and
-    find the fewest knob changes that reach within REACH_TOLERANCE of the best."""
+    find the fewest knob changes that reach within REACH_TOLERANCE of the best (the fastest
+    layout with memory headroom, as solve ranks: memory.near_capacity)."""
+    from planner.costmodel.memory import near_capacity
+
     cols = space.columns
     fits = np.asarray(cols["fits"], dtype=bool)
     times = np.asarray(cols["step_time_s"], dtype=float)
     fitting = int(fits.sum())
-    best_i = int(np.flatnonzero(fits)[np.argmin(times[fits])])
+    # the best and the targets are layouts with memory headroom, as solve ranks them first
+    # (a peak within the memory band of the capacity "may not fit"); all fitting rows if none
+    roomy = fits & ~near_capacity(cols["peak_mem_gb"], cols["mem_capacity_gb"])
+    pool = roomy if roomy.any() else fits
+    best_i = int(np.flatnonzero(pool)[np.argmin(times[pool])])
     best_time = float(times[best_i])
     rank = int((fits & (times < current_step_time_s)).sum()) + 1 if current_fits else None
     diff = np.zeros(len(times), dtype=int)
     for knob in CHANGE_KNOBS:
-        diff += np.asarray(space.knobs[knob]) != knob_code(knob, getattr(current, knob))
+        column = np.asarray(space.knobs[knob])
+        if knob == "etp":  # as a Layout holds it: 0 where expert-TP follows TP
+            column = np.where(column == np.asarray(space.knobs["tp"]), 0, column)
+        diff += column != knob_code(knob, getattr(current, knob))
     comparison = Comparison(current, current_step_time_s, current_fits, rank, fitting,
                             space.layout(best_i), best_time)
-    reach = fits & (times <= best_time * (1 + REACH_TOLERANCE))
+    reach = pool & (times <= best_time * (1 + REACH_TOLERANCE))
     if current_fits and current_step_time_s <= best_time * (1 + REACH_TOLERANCE):
         return comparison  # already there: no change needed
     candidates = np.flatnonzero(reach)
@@ -74,7 +84,7 @@ def compare(space: Space, current: Layout, current_step_time_s: float,
     comparison.changes = [(k, getattr(current, k), getattr(comparison.target, k))
                           for k in CHANGE_KNOBS
                           if getattr(current, k) != getattr(comparison.target, k)]
-    single = np.flatnonzero(fits & (diff == 1) & (times < current_step_time_s))
+    single = np.flatnonzero(pool & (diff == 1) & (times < current_step_time_s))
     if len(single):
         i = int(single[np.argmin(times[single])])
         layout = space.layout(i)

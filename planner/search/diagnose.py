@@ -163,7 +163,7 @@ def _fits_somewhere(
     structures = StructureModel(model, cluster, job, domains, config).enumerate()
     if not structures:
         return False
-    knobs = expand_structures(structures, lean)
+    knobs = expand_structures(structures, lean, moe=model.is_moe)
     keep = (
         (knobs["recompute"] == 2)
         & (knobs["zero"] == np.where(knobs["dp"] * knobs["cp"] > 1, 3, 0))

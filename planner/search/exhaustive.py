@@ -4,6 +4,7 @@ a reference for anyone changing the search. No ortools here."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ from planner.costmodel import checks
 from planner.search.problem import (
     BatchCost,
     Space,
+    etp_allowed,
     evaluate,
     expand_structures,
     knob_domains,
@@ -25,7 +27,7 @@ def enumerate_structures(
     model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: Mapping[str, Any],
     tp_across_nodes: bool = False,
 ) -> list[tuple[int, ...]]:
-    """Every (tp, pp, dp, cp, ep, vpp, mbs) of the domains that passes the structural rules,
+    """Every (tp, pp, dp, cp, ep, etp, vpp, mbs) of the domains that passes the structural rules,
     checked one by one (the CP-SAT StructureModel's constraints, written as loops)."""
     d = knob_domains(model, cluster, job, pins, tp_across_nodes)
     n, batch, layers = cluster.num_gpus, job.global_batch, model.num_hidden_layers
@@ -39,8 +41,10 @@ def enumerate_structures(
                 dp = n // (tp * cp * pp)
                 if dp not in dp_domain:
                     continue
-                for ep in d.ep:
-                    if (dp * cp) % ep:
+                for ep, etp in itertools.product(d.ep, d.etp):
+                    if not (etp_allowed(tp, etp, pins) if model.is_moe else etp == tp):
+                        continue
+                    if not checks.expert_fold_allowed(tp, cp, dp, ep, etp):
                         continue
                     for vpp in d.vpp:
                         if not checks.vpp_allowed(layers, pp, vpp):
@@ -50,7 +54,7 @@ def enumerate_structures(
                                 continue
                             if not checks.interleave_batch_allowed(pp, vpp, batch // (mbs * dp)):
                                 continue
-                            out.append((tp, pp, dp, cp, ep, vpp, mbs))
+                            out.append((tp, pp, dp, cp, ep, etp, vpp, mbs))
     return sorted(out)
 
 
@@ -65,8 +69,7 @@ def exhaustive_space(
     """The space, enumerated by loops and evaluated by the cost model."""
     pins = normalize_pins(pins)
     structures = enumerate_structures(model, cluster, job, pins, tp_across_nodes)
-    knobs = expand_structures(structures, pins,
-                              checks.offload_allowed(cluster))
+    knobs = expand_structures(structures, pins, checks.offload_allowed(cluster), model.is_moe)
     return evaluate(model, cluster, job, knobs, batch_cost)
 
 

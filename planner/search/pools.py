@@ -28,10 +28,11 @@ import numpy as np
 
 from planner.costmodel import checks, pipeline
 from planner.errors import InfeasibleError, LayoutError
-from planner.layout import KNOBS, RECOMPUTE_LEVELS
+from planner.layout import RECOMPUTE_LEVELS
 from planner.search.bands import order_ties
 from planner.search.problem import (
     CP_MIN_SEQ_LEN,
+    KNOBS,
     MBS_CAP,
     MEM_UNIT_GIB,
     TIME_UNIT_S,
@@ -77,8 +78,8 @@ def pooled_knobs(model: ModelSpec, pooled: PooledCluster, job: JobSpec,
             for mbs in range(1, MBS_CAP + 1):
                 if batch % (mbs * dp):
                     continue
-                for z, r, s in inner_knobs(tp, dp, cp, pins, offload):
-                    rows.append((tp, pp, dp, cp, ep, 1, mbs, z, r, s))
+                for z, r, s in inner_knobs(tp, dp, cp, pins, offload, model.is_moe):
+                    rows.append((tp, pp, dp, cp, ep, tp, 1, mbs, z, r, s))  # etp = tp
     table = np.array(rows, dtype=np.int64).reshape(-1, len(KNOBS))
     keep = np.ones(len(table), dtype=bool)
     for knob, value in pins.items():

@@ -6,10 +6,14 @@ The space (rules shared by the CP-SAT search and the exhaustive oracle; see docs
 - tp: powers of two up to the cluster's scale-up domain, dividing the query heads; key/value heads
   are divided by tp or replicated (kv % tp == 0 or tp % kv == 0).
 - cp: 1 unless seq_len >= CP_MIN_SEQ_LEN (context parallelism only pays for long sequences, and
-  this bounds the space); then powers of two dividing seq_len with an even chunk per rank.
+  this bounds the space); then powers of two dividing seq_len with an even chunk per rank of at
+  least CP_MIN_TOKENS tokens.
 - pp: 1..layers (uneven stages allowed: the cost model gives stages floor/ceil layers).
 - dp: divides the global batch; tp * pp * dp * cp = GPUs.
-- ep: 1 for dense models; MoE: divisors of num_experts that divide dp * cp.
+- ep, etp: 1 and the TP size for dense models; MoE: ep divides num_experts, expert-TP etp is 1
+  or the TP size (Megatron-Core's default; torchtitan's FSDP2 + EP runs etp 1), and etp * ep
+  divides tp * cp * dp, the ranks of one pipeline stage (Megatron-Core's MoE parallel folding,
+  planner.layout): ep may exceed dp * cp by borrowing TP ranks.
 - vpp: 1, or 2..VPP_CAP when pp > 1, the layers split evenly into pp * vpp chunks (or the
   layers + 2: Megatron's account_for_embedding/loss_in_pipeline_split, how Llama 3 405B put 126
   layers on 16 x 8 chunks), and the micro-batches per step (grad_accum) divide by pp (Megatron's
@@ -17,7 +21,8 @@ The space (rules shared by the CP-SAT search and the exhaustive oracle; see docs
 - mbs: 1..MBS_CAP with mbs * grad_accum * dp = global batch.
 - zero: 0..3 (1..3 only with dp * cp > 1: nothing to shard over otherwise).
 - recompute: none, selective, full, and offload where the GPU profile has a host link
-  (checks.offload_allowed).  sp: only with tp > 1 (off and on).
+  (checks.offload_allowed).  sp: only with tp > 1 (off and on; on only for MoE, which
+  Megatron-Core refuses to train with TP but without SP: checks.moe_needs_sp).
 
 A pinned knob (CLI --tp ... --sp) widens its own domain to the pinned value when the value is
 structurally possible (e.g. --cp 2 at seq 4096, --mbs 32, --tp 6 for 48 heads). The pins are
@@ -37,12 +42,20 @@ import numpy as np
 
 from planner.costmodel import checks
 from planner.errors import SpecError
-from planner.layout import KNOBS, RECOMPUTE_LEVELS, Layout, group_span_nodes
+from planner.layout import RECOMPUTE_LEVELS, Layout, group_span_nodes
 from planner.specs import ClusterSpec, JobSpec, ModelSpec
 
-STRUCTURE_KNOBS: tuple[str, ...] = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
+STRUCTURE_KNOBS: tuple[str, ...] = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs")
+# the space's columns and the pins: planner.layout.KNOBS with expert-TP after ep
+KNOBS: tuple[str, ...] = (*STRUCTURE_KNOBS, "zero", "recompute", "sp")
 MBS_CAP = 16  # largest micro-batch searched, sequences (Megatron/NeMo recipes use 1..8)
 CP_MIN_SEQ_LEN = 16384  # cp > 1 searched from this sequence length on (or when pinned)
+# cp searched while each rank keeps at least this many tokens of a sequence (or when pinned):
+# two chunks of 512 under the causal load balancing, already below where the profiles' GEMM
+# curves collapse (docs/hardware.md 2.1); it bounds the space on large clusters with small
+# batches (Mixtral at seq 32768 on 65536 GPUs: cp up to 16384, 2 tokens per rank, 334k
+# layouts; 41k with the bound)
+CP_MIN_TOKENS = 1024
 VPP_CAP = 16  # most virtual stages per GPU searched (Megatron recipes use 2..8)
 TIME_UNIT_S = 1e-6  # solver time unit: one microsecond (coarser when the objective needs it)
 # CP-SAT rejects a model whose objective could leave int64: the sum of its coefficients over
@@ -81,6 +94,11 @@ def normalize_pins(pins: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def etp_allowed(tp: int, etp: int, pins: Mapping[str, Any]) -> bool:
+    """Expert-TP values searched for a TP size: 1, the TP size, or the pinned --etp."""
+    return etp in (1, tp) or etp == pins.get("etp")
+
+
 def knob_code(knob: str, value: Any) -> int:
     """Integer value of a knob for the solvers (recompute by level index, sp as 0/1)."""
     if knob == "recompute":
@@ -107,6 +125,7 @@ class Domains:
     pp: list[int]
     dp: list[int]
     ep: list[int]
+    etp: list[int]
     vpp: list[int]
     mbs: list[int]
 
@@ -127,7 +146,8 @@ def knob_domains(
 
     tp = [t for t in _powers_of_two(n if tp_across_nodes else min(cluster.domain_gpus, n))
           if tp_ok(t)]
-    cp = [c for c in _powers_of_two(n) if cp_ok(c)] if job.seq_len >= CP_MIN_SEQ_LEN else [1]
+    cp = ([c for c in _powers_of_two(n) if cp_ok(c) and job.seq_len // c >= CP_MIN_TOKENS]
+          if job.seq_len >= CP_MIN_SEQ_LEN else [1])
     ep = divisors(model.num_experts) if model.is_moe else [1]
     domains = {
         "tp": tp,
@@ -143,32 +163,61 @@ def knob_domains(
         value = pins.get(knob)
         if value is not None and value not in domains[knob] and ok(value):
             domains[knob] = sorted([*domains[knob], value])
+    # expert-TP: the TP sizes (etp = tp) and, for MoE, 1 and a pinned --etp (etp_allowed pairs
+    # them with tp); a dense model's etp is its tp
+    etp_pin = [pins["etp"]] if model.is_moe and pins.get("etp") else []
+    domains["etp"] = (sorted({1, *domains["tp"], *etp_pin}) if model.is_moe
+                      else list(domains["tp"]))
     return Domains(**domains)
 
 
 def inner_knobs(tp: int, dp: int, cp: int, pins: Mapping[str, Any],
-                offload: bool = False) -> list[tuple[int, int, int]]:
+                offload: bool = False, moe: bool = False) -> list[tuple[int, int, int]]:
     """(zero, recompute code, sp) combinations searched for one set of degrees; offload only
-    where the cluster allows it."""
+    where the cluster allows it; sp on only for an MoE model with tp > 1."""
     zeros = [0, 1, 2, 3] if dp * cp > 1 else [0]
     if "zero" in pins and pins["zero"] not in zeros:
         zeros.append(pins["zero"])
-    sps = [0, 1] if tp > 1 else [0]
+    sps = ([1] if moe else [0, 1]) if tp > 1 else [0]
     levels = len(RECOMPUTE_LEVELS) if offload else RECOMPUTE_LEVELS.index("offload")
     return [(z, r, s) for z in zeros for r in range(levels) for s in sps]
 
 
 def expand_structures(
-    structures: list[tuple[int, ...]], pins: Mapping[str, Any], offload: bool = False
+    structures: list[tuple[int, ...]], pins: Mapping[str, Any], offload: bool = False,
+    moe: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Knob columns of the space: each (tp, pp, dp, cp, ep, vpp, mbs) times its inner knobs."""
+    """Knob columns of the space: each (tp, pp, dp, cp, ep, etp, vpp, mbs) times its inner
+    knobs."""
     rows = [
         (*st, z, r, s)
         for st in sorted(structures)
-        for z, r, s in inner_knobs(st[0], st[2], st[3], pins, offload)
+        for z, r, s in inner_knobs(st[0], st[2], st[3], pins, offload, moe)
     ]
     table = np.array(rows, dtype=np.int64).reshape(-1, len(KNOBS))
     return {k: table[:, i] for i, k in enumerate(KNOBS)}
+
+
+def expand_held_knobs(structures: list[tuple[int, ...]], domains: Domains, moe: bool,
+                      pins: Mapping[str, Any], global_batch: int) -> list[tuple[int, ...]]:
+    """Structures enumerated with ep, etp and mbs held at 1 -> every (ep, etp, mbs) of the
+    domains that passes their rules, sorted. Holding them is exact: ep = etp = 1 always folds
+    (1 divides tp*cp*dp) and mbs = 1 is the weakest batch rule (mbs * dp divides the batch,
+    interleaving needs pp to divide grad_accum = batch / (mbs * dp)), so every structure with
+    some valid (ep, etp, mbs) is among them. A dense model's etp is its tp."""
+    from planner.costmodel.checks import expert_fold_allowed, interleave_batch_allowed
+
+    idx = {k: STRUCTURE_KNOBS.index(k) for k in STRUCTURE_KNOBS}
+    out = []
+    for st in structures:
+        tp, pp, dp, cp, vpp = (st[idx[k]] for k in ("tp", "pp", "dp", "cp", "vpp"))
+        experts = [(ep, etp) for ep in domains.ep for etp in domains.etp
+                   if etp_allowed(tp, etp, pins) and expert_fold_allowed(tp, cp, dp, ep, etp)
+                   ] if moe else [(1, tp)]
+        batches = [mbs for mbs in domains.mbs if global_batch % (mbs * dp) == 0
+                   and interleave_batch_allowed(pp, vpp, global_batch // (mbs * dp))]
+        out += [(tp, pp, dp, cp, ep, etp, vpp, mbs) for ep, etp in experts for mbs in batches]
+    return sorted(out)
 
 
 def crossing_groups(layout: Layout, gpus_per_node: int) -> int:
@@ -259,6 +308,7 @@ class Space:
             dp=int(k["dp"][i]),
             cp=int(k["cp"][i]),
             ep=int(k["ep"][i]),
+            etp=int(k["etp"][i]),
             vpp=int(k["vpp"][i]),
             mbs=int(k["mbs"][i]),
             zero=int(k["zero"][i]),

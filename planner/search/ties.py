@@ -4,8 +4,9 @@ The fastest eligible layout (by the objective of planner.search.problem: step ti
 crossing groups) defines the tie: every eligible layout whose step-time band overlaps its band
 (planner.search.bands.overlaps_best) is tied with it. Tied layouts are ranked first, by the
 robustness score (bands.robust_step_time: the band's high end plus the terms the model is least
-sure of), then lower memory, then fewer groups crossing nodes (robust_keys); the others follow in
-the objective's order. The CP-SAT search (planner.search.search) and the exhaustive oracle
+sure of; a plan within the memory band of the capacity after those with headroom), then lower
+memory, then fewer groups crossing nodes (robust_keys); the others follow in the objective's
+order. The CP-SAT search (planner.search.search) and the exhaustive oracle
 (planner.search.exhaustive.exhaustive_ranking) both rank through these functions.
 """
 
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from planner.costmodel.memory import near_capacity
 from planner.search.bands import overlaps_best, robust_step_time
 from planner.search.problem import OBJECTIVE_SUM_LIMIT, Space, scale_time
 
@@ -36,9 +38,11 @@ def tie_group(space: Space, eligible: np.ndarray, best: int) -> np.ndarray:
 
 
 def robust_keys(space: Space, rows: np.ndarray) -> np.ndarray:
-    """Integer order key of each row (int64, lower first): the robustness score in the space's
-    time unit (coarsened by tens while the rows' sum could leave int64, as the space's own
-    keys), then memory, then crossing groups; the same weights as Space.keys."""
+    """Integer order key of each row (int64, lower first): first whether the peak is within the
+    memory band of the usable capacity (memory.near_capacity: such a plan "may not fit", so it
+    comes after every tied plan with headroom), then the robustness score in the space's time
+    unit (coarsened by tens while the rows' sum could leave int64, as the space's own keys),
+    then memory, then crossing groups; the same weights as Space.keys."""
     cols = {k: v for k, v in space.columns.items()}
     low, high = bands(space)
     cols["step_time_high_s"] = high
@@ -47,9 +51,12 @@ def robust_keys(space: Space, rows: np.ndarray) -> np.ndarray:
     mem = np.minimum(space.mem_units, space.cap_units + 1)
     unit = space.time_unit_s
     rows = np.asarray(rows, dtype=bool)
+    tight = near_capacity(space.columns["peak_mem_gb"], space.columns["mem_capacity_gb"])
     while True:
         units = scale_time(robust, unit)
         keys = units * wt + mem * wm + space.crossing
+        if rows.any():  # tight rows after every row with headroom
+            keys = keys + np.where(tight, int(keys[rows].max()) + 1, 0)
         if float(np.sum(keys[rows], dtype=float)) < OBJECTIVE_SUM_LIMIT:
             return keys
         unit *= 10

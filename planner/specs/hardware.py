@@ -114,6 +114,11 @@ class GpuProfile(BaseModel):
     peak_tf32_tflops: real(limits.MAX_TFLOPS) | None = Field(
         default=None, description="Dense TF32 peak, TFLOP/s."
     )
+    compute_capability: float | None = Field(
+        default=None, ge=1.0, le=20.0,
+        description="CUDA compute capability (7.0 V100, 8.0 A100, 9.0 H100); None: not stated. "
+        "bf16 tensor cores and FlashAttention need 8.0 or newer (planner.costmodel.checks)."
+    )
     memory_gib: real(limits.MAX_MEMORY_GIB) = Field(description="HBM capacity, GiB (2^30 B).")
     hbm_tb_per_s: real(limits.MAX_HBM_TB_PER_S) = Field(
         description="HBM bandwidth (spec), TB/s (1e12 B/s)."
@@ -402,6 +407,23 @@ class JobSpec(BaseModel):
             "FlashAttention-3 class on Hopper and later; profile.fused_attention_efficiency) or "
             "unfused (Megatron 2021-22: score tensors kept, softmax memory-bound, QK^T and AV "
             "as batched GEMMs)."
+        ),
+    )
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = Field(
+        default="alltoall",
+        description=(
+            "MoE token dispatcher (Megatron-Core moe_token_dispatcher_type): alltoall (NCCL "
+            "all-to-all over EP, all-gather over expert-TP), allgather (every token gathered "
+            "over the expert-TP x EP group) or deepep (the flex dispatcher's DeepEP kernels, "
+            "at DeepEP's measured bandwidths). Dense models ignore it."
+        ),
+    )
+    moe_capacity_factor: float | None = Field(
+        default=None, gt=0, le=1024,
+        description=(
+            "MoE expert capacity factor (Megatron-Core moe_expert_capacity_factor): tokens "
+            "beyond factor x the mean per expert are dropped, which caps the router's load "
+            "imbalance; None = dropless (the imbalance counts in full)."
         ),
     )
     software: Literal["current", "deepspeed-2022"] = Field(

@@ -13,6 +13,7 @@ PLANNER_FUZZ_EXAMPLES set explores new ones each time."""
 from __future__ import annotations
 
 import os
+import stat
 import time
 from datetime import timedelta
 
@@ -26,8 +27,8 @@ pytestmark = pytest.mark.slow
 TOTAL = int(os.environ.get("PLANNER_FUZZ_EXAMPLES", "3000"))
 EXPLORE = "PLANNER_FUZZ_EXAMPLES" in os.environ  # new random examples; else CI's fixed ones
 # share of the total per test (the CLI tests here and tests/unit/test_fuzz_readers.py add to 1)
-SHARE = {"solve": 0.04, "estimate": 0.06, "validate": 0.04, "calibrate": 0.04, "lists": 0.01,
-         "profile": 0.02}
+SHARE = {"solve": 0.035, "estimate": 0.06, "validate": 0.04, "calibrate": 0.04, "lists": 0.01,
+         "profile": 0.02, "explain": 0.005}
 MAX_SECONDS = 60.0  # an example slower than this is a hang
 
 
@@ -60,11 +61,38 @@ def paths(tmp_path_factory):
               '"seq_len": 32, "global_batch": 4, "nproc_per_node": 2, '
               '"measured_step_time_s": %s}\n')
     (root / "runs.jsonl").write_text(record % "0.05" + record % "0.08")
+    # a runs file a user kept: a comment, the two records, a line torn mid-record
+    (root / "kept-runs.jsonl").write_text("# my runs\n" + record % "0.05" + record % "0.08"
+                                          + record[:30] + "\n")
+    (root / "link.csv").symlink_to("link-target.csv")  # written through, the link stays
+    # a device node like /dev/null (1, 3), written in place; made here so that a writer that
+    # replaced it could never replace the system's /dev/null
+    try:
+        os.mknod(root / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except OSError:  # not root: a plain file stands in (the device checks then pass trivially)
+        (root / "null").write_text("")
     return root
 
 
 def bad_paths(root) -> list[str]:
-    return ["", str(root / "folder"), str(root / "plain" / "x.out")]
+    return ["", str(root / "folder"), str(root / "plain" / "x.out"),
+            "/proc/planner-fuzz/x.out", str(root / ("n" * 300 + ".out"))]
+
+
+def output_files(root, name: str) -> list[str]:
+    """Good places for an output file: a new file, stdout, a link, a device written in place."""
+    return [str(root / name), "-", str(root / "link.csv"), str(root / "null")]
+
+
+def check_user_files(root) -> None:
+    """What the fuzz may never do to a user's files: replace the link or the device, lose the
+    kept file, leave a file named '-' or a temp file behind."""
+    assert (root / "link.csv").is_symlink()
+    if os.geteuid() == 0:
+        assert stat.S_ISCHR(os.lstat(root / "null").st_mode)
+    assert (root / "plain").read_text() == "keep\n"
+    assert not (root / "-").exists()
+    assert not [p.name for p in root.iterdir() if p.name.endswith(".tmp")]
 
 
 @st.composite
@@ -145,22 +173,24 @@ def test_fuzz_solve(paths, data):
                "--pue": (["1.4"], ["0.5", "inf", "nan", "100"]),
                "--gpu-hour-price": (["2"], ["-1", "inf", "nan", "1e30"]),
                "--mtbf-hours": (["6335"], ["0", "inf", "nan"]),
-               "--csv": ([str(paths / "plans.csv")], bad_paths(paths)),
+               "--csv": (output_files(paths, "plans.csv"), bad_paths(paths)),
                "--profile": ([], [str(paths / "latin1.yaml"), str(paths / "folder"),
                                   str(paths / "missing.yaml")])}
     args, bad = data.draw(options(domains, ["--json", "--sp", "--no-sp"],
                                   required=("--model", "--cluster")))
     check(["solve", *args], bad)
+    check_user_files(paths)
 
 
 @fuzz_settings("estimate")
 @given(data=st.data())
 def test_fuzz_estimate(paths, data):
     domains = {**model_cluster(paths), **knobs(),
-               "--csv": ([str(paths / "plan.csv")], bad_paths(paths))}
+               "--csv": (output_files(paths, "plan.csv"), bad_paths(paths))}
     args, bad = data.draw(options(domains, ["--json", "--tp-comm-overlap"],
                                   required=("--model", "--cluster", "--tp", "--pp")))
     check(["estimate", *args], bad)
+    check_user_files(paths)
 
 
 @fuzz_settings("validate")
@@ -171,7 +201,7 @@ def test_fuzz_validate_print_only(paths, data):
         ("--kv-heads", ["1", "2"]), ("--ffn", ["128"]), ("--vocab", ["128", "1000"]))}
     domains = {
         "--model": (["llama2-7b", "llama70b", "mixtral"], ["", "m" * 300, "nosuch"]),
-        "--out": ([str(paths / "runs-out.jsonl")], bad_paths(paths)),
+        "--out": ([str(paths / "runs-out.jsonl")], [*bad_paths(paths), "-", str(paths / "null")]),
         **{k: v for k, v in knobs().items() if k != "--precision"}, **dims,
         "--steps": (["1", "5"], BAD_INTS), "--warmup": (["0", "2"], ["-1", str(2**63), "x"]),
         "--nproc": (["1", "2"], BAD_INTS), "--nnodes": (["1", "2"], BAD_INTS),
@@ -190,18 +220,39 @@ def test_fuzz_validate_print_only(paths, data):
 @given(data=st.data())
 def test_fuzz_calibrate(paths, data):
     domains = {
-        "--runs": ([str(paths / "runs.jsonl")],
+        "--runs": ([str(paths / "runs.jsonl"), str(paths / "kept-runs.jsonl")],
                    [str(paths / "binary.jsonl"), str(paths / "number.jsonl"),
                     str(paths / "empty.csv"), str(paths / "folder"), str(paths / "nothing.csv"),
                     str(paths / "latin1.yaml"), ""]),
         "--profile": (["A100", "H100"], ["H1000", "", str(paths / "latin1.yaml"),
                                          str(paths / "folder")]),
-        "--out": ([str(paths / "fitted.yaml")], bad_paths(paths)),
+        "--out": ([str(paths / "fitted.yaml"), str(paths / "link.csv"), str(paths / "null")],
+                  bad_paths(paths)),
         "--fit": (["gemm_scale"], ["nosuch-parameter"]),
+        "--plot": ([str(paths / "fit.png"), str(paths / "fit.svg")],
+                   [*bad_paths(paths), str(paths / "fit.txt")]),
     }
-    args, bad = data.draw(options(domains, ["--no-cv", "--json"],
+    args, bad = data.draw(options(domains, ["--no-cv", "--json", "--force"],
                                   required=("--runs", "--profile", "--out")))
     check(["calibrate", *args], bad, allowed=(0, 2))
+    check_user_files(paths)
+
+
+@fuzz_settings("explain")
+@given(data=st.data())
+def test_fuzz_explain_figures(paths, data):
+    domains = {
+        "--model": (["llama3-8b", "llama2-7b"], ["", "nosuch-model", str(paths / "folder")]),
+        "--cluster": (["8xH100", "16xA100"], ["", "8xA1000"]),
+        "--rank": (["1", "2"], BAD_INTS),
+        "--figures": ([str(paths / "figs")], ["", str(paths / "plain"),
+                                              str(paths / "plain" / "figs"),
+                                              "/proc/planner-fuzz-figs", str(paths / ("d" * 300))]),
+    }
+    args, bad = data.draw(options(domains, ["--json"],
+                                  required=("--model", "--cluster", "--rank")))
+    check(["explain", *args], bad)
+    check_user_files(paths)
 
 
 @fuzz_settings("lists")

@@ -71,9 +71,9 @@ def test_bad_splits_are_one_line_exit_2():
 
 
 def test_export_writes_first_and_last_stage_layers():
-    """Megatron-LM and Megatron-Bridge take the first and last stage's layers (the others split
-    the rest evenly): Meta's 405B split is 7 / 7; a split that is not first/last-only warns, as
-    do launchers without such settings."""
+    """Megatron-LM and Megatron-Bridge write a split by Megatron's own rule (account-for flags,
+    first/last stage layers, else the pipeline layout); torchtitan by its weights or module
+    lists (tests/launcher_start runs them through the launchers' own code)."""
     from planner.launchers import export_plan
     from planner.launchers.common import LaunchPlan
     from planner.layout import Layout
@@ -87,13 +87,18 @@ def test_export_writes_first_and_last_stage_layers():
         return LaunchPlan(model, cluster, job, Layout(tp=8, pp=16, dp=128, zero=1, sp=True,
                                                       stage_layers=counts), 10.0)
 
+    # Meta's 7, 8 x 14, 7 is Megatron's own account-for rule: (126 + 2) / 16 = 8 a stage, the
+    # embedding and the loss each taking one layer's slot
     meta = export_plan("megatron", plan((7,) + (8,) * 14 + (7,)))
-    assert "--decoder-first-pipeline-num-layers 7" in meta.text
-    assert "--decoder-last-pipeline-num-layers 7" in meta.text
+    assert "--account-for-embedding-in-pipeline-split" in meta.text
+    assert "--account-for-loss-in-pipeline-split" in meta.text
     bridge = export_plan("nemo", plan((6,) + (8,) * 14 + (8,)))
     assert "num_layers_in_first_pipeline_stage: 6" in bridge.text
     assert "num_layers_in_last_pipeline_stage: 8" in bridge.text
+    # any other split is stated stage by stage (Megatron's pipeline layout), not warned about
     odd = export_plan("megatron", plan((7, 9) + (8,) * 13 + (6,)))
-    assert "decoder-first" not in odd.text and any("first and last" in w for w in odd.warnings)
+    assert "--pipeline-model-parallel-layout 'Et*7|t*9|(t*8|)*13t*6L'" in odd.text
+    assert not odd.warnings
     titan = export_plan("torchtitan", plan((6,) + (8,) * 15))
-    assert any("not written" in w for w in titan.warnings)
+    assert "module_fqns_per_model_part" in titan.text or "stage_less_layers" in titan.text
+    assert not any("not written" in w for w in titan.warnings)

@@ -156,3 +156,26 @@ def test_solve_calibrate_signal_records_the_run_in_flight(tmp_path: Path) -> Non
     records = _records(runs)
     assert records[0] == EARLIER and len(records) == 2
     assert records[1]["ok"] is False and records[1]["error"] == "interrupted by SIGTERM"
+
+
+@pytest.mark.parametrize("when", ["mid-step", "at start"])
+def test_sigkill_of_the_planner_ends_torchrun_and_its_workers(tmp_path: Path, when: str) -> None:
+    """SIGKILL runs no cleanup in the planner: torchrun dies by its parent-death signal, the
+    workers (torchrun's children, in sessions of their own) by their watchdog on the planner's
+    pid. Nothing of the run may be alive a few seconds later (a run left alone takes minutes:
+    100000 steps)."""
+    runs = tmp_path / "runs.jsonl"
+    proc = _start(tmp_path, "validate", *TINY, "--steps", "100000", "--warmup", "0",
+                  "--out", str(runs))
+    if when == "mid-step":
+        _wait(lambda: _phase(tmp_path, ": step "), proc=proc)
+    else:
+        _wait(lambda: len(_workers(tmp_path)) == 2, proc=proc)
+    assert any("torch.distributed.run" in cmd for _, cmd, _ in _ours(tmp_path))
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 20  # the watchdog looks every 0.5 s; gloo teardown is quick
+    while _ours(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _ours(tmp_path) == [], "torchrun or a worker outlived the planner"

@@ -101,7 +101,9 @@ def standin_batch(
     )
     params = model.num_params
     # memory: 2 (weights) + 4 (fp32 grads) + 12 (master + Adam) bytes per parameter (ZeRO paper)
-    shard = params / (tp * pp) / np.where(model.is_moe, ep, 1.0) ** 0.5
+    # expert-TP below tp (MoE): less sharding of the experts, fewer expert collectives
+    etp = np.asarray(knobs["etp"], dtype=float) if "etp" in knobs else tp
+    shard = params / (tp * pp) / np.where(model.is_moe, ep, 1.0) ** 0.5 * (tp / etp) ** 0.25
     weights = 2 * shard / np.where(zero >= 3, dp * cp, 1)
     grads = 4 * shard / np.where(zero >= 2, dp * cp, 1)
     optim = 12 * shard / np.where(zero >= 1, dp * cp, 1)
@@ -124,6 +126,7 @@ def standin_batch(
     micro = job.global_batch / (dp * mbs)
     bubble = compute * (pp - 1) / (micro * vpp)
     tp_comm = compute * 0.04 * np.log2(tp) * np.where(sp > 0, 0.9, 1.0)
+    tp_comm = tp_comm * np.where(model.is_moe, 0.5 + 0.5 * etp / tp, 1.0)
     pp_comm = 1e-4 * (pp > 1) * micro * vpp
     dp_comm = 2 * 2 * shard / 20e9 * (dp * cp - 1) / (dp * cp) * (1 + 0.5 * (zero >= 3)) * 0.2
     cp_comm = compute * 0.03 * np.log2(cp)

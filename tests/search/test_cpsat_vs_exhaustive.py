@@ -83,9 +83,8 @@ def test_structures_and_top_k_match_the_oracle() -> None:
         space = build_space(model, cluster, job, {}, batch_cost=standin_batch)
         pins = random_pins(rng, space)
         domains = knob_domains(model, cluster, job, pins)
-        assert StructureModel(model, cluster, job, domains).enumerate() == enumerate_structures(
-            model, cluster, job, pins
-        )
+        assert StructureModel(model, cluster, job, domains, pins=pins).enumerate() == (
+            enumerate_structures(model, cluster, job, pins))
         space = build_space(model, cluster, job, pins, batch_cost=standin_batch)
         oracle_space = exhaustive_space(model, cluster, job, pins, batch_cost=standin_batch)
         assert len(space) == len(oracle_space)
@@ -109,6 +108,44 @@ def test_structures_and_top_k_match_the_oracle() -> None:
     assert compared == NUM_PROBLEMS
     assert nonempty > NUM_PROBLEMS // 3  # the problems are not all trivially infeasible
     assert ties_seen > 10 and reordered > 5  # ties, and robustness reorders some of them
+
+
+def test_expert_folding_matches_the_oracle() -> None:
+    """MoE problems with Megatron-Core's expert folding (etp*ep divides tp*cp*dp, etp 1 or tp or
+    the pinned value): CP-SAT's structures and top-K equal the loops', pins on ep and etp
+    included, and the space holds layouts the old rule (ep divides dp*cp) refused."""
+    rng = random.Random(20261124)
+    borrowed = etp_one = etp_pinned = 0
+    for _ in range(60):
+        model, cluster, job = random_problem(rng)
+        if not model.is_moe:
+            model = make_model(layers=rng.choice([2, 4, 8]), heads=8, kv=rng.choice([2, 8]),
+                               experts=rng.choice([4, 8, 16]))
+        space = build_space(model, cluster, job, {}, batch_cost=standin_batch)
+        pins: dict = {}
+        if len(space) and rng.random() < 0.7:
+            row = space.layout(rng.randrange(len(space)))
+            pins = {k: v for k, v in (("ep", row.ep), ("tp", row.tp)) if rng.random() < 0.5}
+            pins["etp"] = rng.choice([row.expert_tp, 1, 2, 4])
+        domains = knob_domains(model, cluster, job, pins)
+        structures = StructureModel(model, cluster, job, domains, pins=pins).enumerate()
+        assert structures == enumerate_structures(model, cluster, job, pins)
+        space = build_space(model, cluster, job, pins, batch_cost=standin_batch)
+        oracle_space = exhaustive_space(model, cluster, job, pins, batch_cost=standin_batch)
+        assert len(space) == len(oracle_space)
+        k = space.knobs
+        assert ((k["tp"] * k["cp"] * k["dp"]) % (k["ep"] * k["etp"]) == 0).all()
+        borrowed += int(((k["dp"] * k["cp"]) % k["ep"] != 0).sum())
+        etp_one += int(((k["etp"] == 1) & (k["tp"] > 1)).sum())
+        etp_pinned += int(((k["etp"] != 1) & (k["etp"] != k["tp"])).sum())
+        top_k = rng.choice([1, 3, 10])
+        oracle = exhaustive_top_k(oracle_space, pins, top_k)
+        selection = SelectionModel(space, pins, top_k).solve()
+        assert selection.objectives == [int(oracle_space.keys[i]) for i in oracle]
+        for i in selection.indices:
+            lay = space.layout(i)
+            assert lay.expert_tp == pins.get("etp", lay.expert_tp)
+    assert borrowed > 0 and etp_one > 0 and etp_pinned > 0
 
 
 def test_space_counts_by_hand() -> None:

@@ -94,7 +94,7 @@ def test_search_rules_come_from_checks():
     from planner.costmodel import checks
     from planner.search.exhaustive import enumerate_structures
 
-    for tp, pp, dp, cp, _ep, vpp, mbs in enumerate_structures(MODEL, CLUSTER, JOB, {}):
-        lo = Layout(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs)
+    for tp, pp, dp, cp, ep, etp, vpp, mbs in enumerate_structures(MODEL, CLUSTER, JOB, {}):
+        lo = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=mbs)
         assert layout_violations(MODEL, CLUSTER, JOB, lo) == [], lo
     assert checks.vpp_allowed(80, 4, 2) and not checks.vpp_allowed(80, 4, 3)

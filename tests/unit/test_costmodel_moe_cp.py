@@ -19,7 +19,9 @@ MOE = ModelSpec(name="moe", num_hidden_layers=2, hidden_size=1024, num_attention
 def test_experts_are_sharded_over_ep_and_exchanged_by_all_to_all():
     gpu = flat_gpu(intra_gb=100.0, memory_gib=1000)
     lo = Layout(tp=1, pp=1, dp=8, ep=8, mbs=1, zero=1, recompute="none")
-    est = estimate(MOE, cluster(gpu, 8), job(MOE), lo)
+    # capacity factor 1: every rank at the mean load (the router's imbalance capped; see
+    # test_costmodel_moe_folding for the dropless load)
+    est = estimate(MOE, cluster(gpu, 8), job(MOE, moe_capacity_factor=1.0), lo)
     experts = 2 * 8 * MOE.mlp_params(2048)  # routed experts of both layers
     rest = MOE.num_params - experts
     # weights: everything but the experts replicated, each rank holds 1 of 8 experts per layer

@@ -64,3 +64,32 @@ def test_calibration_figure_saves(tmp_path: Path):
 
     with pytest.raises(SpecError):
         figures.save(figures.calibration_figure(fit), tmp_path / "cal.jpg")
+
+
+@pytest.mark.parametrize("corner", ["right", "left"])
+def test_pareto_winner_label_stays_inside_the_axes(corner):
+    """Plan 1 at the largest memory (right edge, the case that ran off the axes) or the
+    smallest: its label, drawn, lies inside the axes' box."""
+    from dataclasses import replace
+
+    from planner.plan import Plan
+
+    model, cluster = load_model("llama3-70b"), parse_cluster("128xA100")
+    job = JobSpec(seq_len=4096, global_batch=1024)
+    layout = Layout(tp=2, pp=16, dp=4, vpp=5, mbs=1, zero=1, recompute="none", sp=True)
+    est = estimate(model, cluster, job, layout)
+    mems = [70.0, 40.0, 55.0, 62.0] if corner == "right" else [30.0, 70.0, 55.0, 62.0]
+    plans = [Plan(layout, replace(est, step_time_s=t, peak_mem_gb=m), rank=i + 1)
+             for i, (t, m) in enumerate(zip([10.0, 13.0, 11.0, 12.0], mems, strict=True))]
+    fig = figures.pareto_figure({"128xA100": plans})
+    ax = fig.axes[0]
+    labels = [t for t in ax.texts if t.get_text() == str(layout)]
+    assert len(labels) == 1
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    box, axes_box = labels[0].get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert axes_box.x0 <= box.x0 and box.x1 <= axes_box.x1
+    assert axes_box.y0 <= box.y0 and box.y1 <= axes_box.y1

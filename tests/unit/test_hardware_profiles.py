@@ -6,6 +6,7 @@ next to each), not read back from the YAML."""
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 
 import numpy as np
@@ -351,3 +352,23 @@ def test_curve_interpolation_is_log_linear_and_clamped():
     assert curve(1e4) == pytest.approx(2.0)  # halfway in log10
     assert curve(10.0) == 1.0 and curve(1e9) == 3.0
     np.testing.assert_allclose(curve.interp(np.array([1e3, 1e4, 1e5])), [1.0, 2.0, 3.0])
+
+
+# Secondary web pages (aggregators, shops, blogs, wikis) the profiles once cited for vendor specs
+SECONDARY_PAGES = ("grokipedia", "glennklockwood", "techrival", "io-tech", "naddod",
+                   "aiminingco", "verda.com", "willitrunai", "philisun", "mullet.se", "fibermall")
+# A vendor document or a paper (or the benchmark page of the measured runs themselves)
+PRIMARY = re.compile(r"datasheet|data sheet|whitepaper|product brief|specifications|"
+                     r"technical blog|arXiv|torchtitan benchmarks", re.IGNORECASE)
+SPEC_FIELDS = ("peak_bf16_tflops", "peak_fp16_tflops", "peak_fp8_tflops", "memory_gib",
+               "hbm_tb_per_s", "tdp_w")
+
+
+def test_vendor_specs_cite_a_datasheet_or_a_paper():
+    for gpu in builtin_gpus().values():
+        for key, text in gpu.sources.items():
+            hit = [s for s in SECONDARY_PAGES if s in text.lower()]
+            assert not hit, f"{gpu.name}.{key} cites a secondary page: {hit}"
+        for key in SPEC_FIELDS:
+            if key in gpu.sources:
+                assert PRIMARY.search(gpu.sources[key]), f"{gpu.name}.{key}: {gpu.sources[key]}"

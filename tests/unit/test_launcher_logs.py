@@ -95,3 +95,25 @@ def test_megatron_deepspeed_log_takes_deepspeeds_recipe():
                                                                                False)
     assert run.job.attention == "flash"  # --use-flash-attn-v2
     assert run.cluster.num_gpus == 16
+
+
+def test_a_log_faster_than_the_gpus_peak_is_skipped_like_a_table_row(tmp_path):
+    import re
+
+    from planner.measured.runs import load_runs
+
+    text = (DATA / "megatron_llama2_7b.log").read_text()
+    gpu = load_gpu("A100")
+    runs, skipped = load_runs(DATA / "megatron_llama2_7b.log", gpu)
+    assert len(runs) == 1 and not skipped
+    step = runs[0].measured_step_time_s
+    # the same log with every step 20x faster: an MFU far above 1 on A100s
+    fast = re.sub(r"elapsed time per iteration \(ms\): ([\d.]+)",
+                  lambda m: f"elapsed time per iteration (ms): {float(m.group(1)) / 20:.1f}",
+                  text)
+    path = tmp_path / "fast.log"
+    path.write_text(fast)
+    runs, skipped = load_runs(path, gpu)
+    assert runs == [] and len(skipped) == 1
+    assert "MFU" in skipped[0].reason and "> 1" in skipped[0].reason
+    assert step > 0

@@ -1,0 +1,119 @@
+"""Memory as users read it (issue 19 section 4): the caching allocator's reserve fitted on one
+source, device memory (what nvidia-smi shows) checked on others.
+
+    python benchmarks/memory.py [--sweep PATH]
+
+1. Fit: the nanotron sweep logs torch.cuda.max_memory_reserved() ("Mem Res (GB)" in `notes`).
+   The reserve per GiB of predicted activations, (reserved - predicted peak) / predicted
+   activations, median over the sweep and leaving each model out: memory.RESERVE_PER_ACTIVATION_GIB.
+2. Check: the published runs whose `peak_mem_gb` is an nvidia-smi reading (bloom_prequel,
+   dlperf_megatron_v100; none of them is used by the fit): device_mem_gb against it, and the
+   runs that ran but would be refused (peak beyond the memory band of the capacity).
+Numbers are reported in docs/accuracy.md "Device memory".
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from planner.costmodel import estimate_batch, layout_violations
+from planner.costmodel.memory import MEM_REL_ERROR, RESERVE_PER_ACTIVATION_GIB
+from planner.errors import PlannerError
+from planner.measured.runs import PUBLISHED_RUNS_CSV, load_table
+from planner.stacks import resolve_stack
+
+SWEEPS = [PUBLISHED_RUNS_CSV.parent / "sweeps" / "nanotron_sweep_dev.csv",
+          Path("/work/shared/calibration/sweeps/nanotron_sweep_dev.csv")]
+DEVICE_SOURCES = ("bloom_prequel", "dlperf_megatron_v100")  # peak_mem_gb read by nvidia-smi
+RESERVED = re.compile(r"'Mem Res \(GB\)'=(\d+(?:\.\d+)?)")
+
+
+def _predicted(path: Path, keep: pd.DataFrame) -> pd.DataFrame:
+    """Per run of the table at `path`: predicted peak, activations, device memory, capacity."""
+    runs, _ = load_table(path)
+    rows = []
+    for run in runs:
+        layout = run.layout
+        if layout is None or layout_violations(run.model, run.cluster, run.job, layout):
+            continue
+        c = estimate_batch(run.model, run.cluster, run.job, [layout])
+        rows.append({"run": run.run_id, "source": run.source_id, "oom": run.oom,
+                     **{k: float(c[k][0]) for k in ("peak_mem_gb", "mem_activations_gb",
+                                                     "device_mem_gb", "mem_capacity_gb")}})
+    frame = pd.DataFrame(rows)
+    return frame.merge(keep, on="run")
+
+
+def sweep_frame(path: Path) -> pd.DataFrame:
+    """The sweep's runs with their logged reserved GiB (framework blanked when the stack is not
+    a preset here: memory does not depend on it)."""
+    table = pd.read_csv(path)
+    try:
+        resolve_stack(str(table["framework"].iloc[0]))
+    except (PlannerError, KeyError, ValueError):
+        table["framework"] = None
+    table["reserved_gib"] = table["notes"].str.extract(RESERVED)[0].astype(float)
+    tmp = Path(sys.argv[0]).resolve().parent / ".memory_sweep.csv"
+    table.to_csv(tmp, index=False)
+    try:
+        keep = pd.DataFrame({"run": table["source_id"] + ":" + table["row_id"].astype(str),
+                             "reserved_gib": table["reserved_gib"], "model": table["model"]})
+        return _predicted(tmp, keep)
+    finally:
+        tmp.unlink()
+
+
+def fit_reserve(frame: pd.DataFrame) -> dict[str, float]:
+    """The reserve per GiB of activations: median over all runs, and leaving each model out."""
+    k = (frame["reserved_gib"] - frame["peak_mem_gb"]) / frame["mem_activations_gb"]
+    out = {"all": float(k.median())}
+    for model in sorted(frame["model"].unique()):
+        out[f"without {model}"] = float(k[frame["model"] != model].median())
+    return out
+
+
+def device_check(path: Path = PUBLISHED_RUNS_CSV) -> pd.DataFrame:
+    """device_mem_gb against the nvidia-smi readings, per source: median |error|, signed, p90;
+    and runs that ran but are refused (beyond the memory band)."""
+    table = pd.read_csv(path)
+    keep = pd.DataFrame({"run": table["source_id"] + ":" + table["row_id"].astype(str),
+                         "measured_gib": table["peak_mem_gb"]})
+    frame = _predicted(path, keep)
+    frame = frame[frame["source"].isin(DEVICE_SOURCES) & ~frame["oom"]
+                  & frame["measured_gib"].notna()]
+    frame["err"] = frame["device_mem_gb"] / frame["measured_gib"] - 1
+    frame["old_err"] = frame["peak_mem_gb"] / frame["measured_gib"] - 1
+    frame["refused"] = frame["peak_mem_gb"] * (1 - MEM_REL_ERROR) > frame["mem_capacity_gb"]
+    out = []
+    for name, g in [*frame.groupby("source"), ("ALL", frame)]:
+        out.append({"source": name, "runs": len(g),
+                    "device_median": g["err"].abs().median(), "device_signed": g["err"].median(),
+                    "device_p90": g["err"].abs().quantile(0.9),
+                    "allocated_signed": g["old_err"].median(),
+                    "ran_but_refused": int(g["refused"].sum())})
+    return pd.DataFrame(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", type=Path, default=next((p for p in SWEEPS if p.exists()),
+                                                           None))
+    ns = parser.parse_args()
+    if ns.sweep is not None:
+        fit = fit_reserve(sweep_frame(ns.sweep))
+        print(f"reserve per GiB of activations (nanotron sweep): {fit['all']:.3f} "
+              f"(memory.RESERVE_PER_ACTIVATION_GIB = {RESERVE_PER_ACTIVATION_GIB})")
+        for k, v in fit.items():
+            if k != "all":
+                print(f"  {k}: {v:.3f}")
+    pd.set_option("display.width", 200)
+    print(device_check().to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""benchmarks/accuracy.py's leave-one-source-out pieces: the measured values a refit starts from
+(docs/hardware.md 2.1), the flat 50%-of-peak baseline by hand, and the headline table's
+statistics against numpy; benchmarks/recipes.py's recipe groups."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(name: str):
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location(f"{name}_bench", BENCH / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[f"{name}_bench"] = module
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
+    return module
+
+
+acc = _load("accuracy")
+
+
+def test_unfitted_profiles_are_the_measured_values():
+    """The A100's cuBLASLt sweep top 256.5 of 312 TFLOP/s and FlashAttention-2's 179.5 / 312;
+    the H100's FP8 sweep shape scaled to BF16 MAMF (1382.2 / 1402.6 x 0.803); no layer overhead
+    (docs/hardware.md 2.1, the profiles' sources)."""
+    base = acc.unfitted_profiles()
+    a100 = base["A100-SXM4-80GB"]
+    assert a100.gemm_efficiency.points[-1][1] == pytest.approx(256.5 / 312, rel=1e-3)
+    assert a100.attention_efficiency == pytest.approx(179.5 / 312, abs=1e-3)
+    assert a100.layer_overhead_us == 0.0
+    h100 = base["H100-SXM"]
+    assert h100.gemm_efficiency.points[-1][1] == pytest.approx(1382.2 / 1402.6 * 0.803, rel=1e-3)
+    assert h100.fused_attention_efficiency == pytest.approx(0.75)
+    # the sibling takes its big part's revert: the same ratio on its own curve
+    from planner.registry import load_gpu
+
+    a40 = load_gpu("A100-SXM4-40GB")
+    ratio = (256.5 / 312) / load_gpu("A100-SXM4-80GB").gemm_efficiency.points[-1][1]
+    assert base["A100-SXM4-40GB"].gemm_efficiency.points[-1][1] == pytest.approx(
+        min(1.0, a40.gemm_efficiency.points[-1][1] * ratio), rel=1e-3)
+
+
+def test_flat_baseline_by_hand():
+    """llm-foundry MPT-7b on 8 A100 (row 317): the planner's FLOP count
+    (model_flops_per_step), at half of 8 x 312 TFLOP/s."""
+    from planner.costmodel.compute import model_flops_per_step
+    from planner.measured.runs import load_table
+
+    runs, _ = load_table()
+    run = next(r for r in runs if r.run_id == "llmfoundry_mpt_bench:317")
+    flops = model_flops_per_step(run.model, 2048, 96)
+    assert acc.flat_baseline(run) == pytest.approx(flops / (0.5 * 312e12 * 8), rel=1e-9)
+    # the run's own MFU is 64.1%: the flat model is 0.641 / 0.5 - 1 = +28% too slow on it
+    assert acc.flat_baseline(run) / run.measured_step_time_s - 1 == pytest.approx(
+        0.6414 / 0.5 - 1, abs=0.01)
+
+
+def test_loso_table_statistics():
+    per_run = pd.DataFrame({
+        "source": ["a", "a", "a", "b"], "stock": [0.1, -0.2, 0.3, -0.05],
+        "named": [0.0, 0.1, -0.1, 0.02], "flat50": [0.5, 0.5, -0.5, 0.2]})
+    table = acc.loso_table(per_run).set_index("source")
+    assert table.loc["a", "stock_median"] == pytest.approx(0.2)
+    assert table.loc["a", "stock_signed"] == pytest.approx(0.1)
+    assert table.loc["a", "stock_p90"] == pytest.approx(np.quantile([0.1, 0.2, 0.3], 0.9))
+    assert table.loc["ALL", "runs"] == 4
+    assert table.loc["ALL", "named_median"] == pytest.approx(np.median([0.0, 0.1, 0.1, 0.02]))
+
+
+def test_recipe_groups_count_duplicates_once():
+    """dgxc measured the same job and layout on several containers: one recipe, the median."""
+    rec = _load("recipes")
+    from planner.measured.runs import load_table
+
+    runs, _ = load_table()
+    groups = rec.recipe_groups(runs, ("dgxc_benchmarking",))
+    timed = [r for r in runs if r.source_id == "dgxc_benchmarking" and r.measured_step_time_s
+             and not r.model.is_moe]
+    assert sum(n for _, _, n in groups) == len(timed)
+    assert len(groups) < len(timed)
+    for run, measured, n in groups:
+        same = [r.measured_step_time_s for r in timed
+                if r.model == run.model and r.cluster.num_gpus == run.cluster.num_gpus
+                and r.cluster.gpu.name == run.cluster.gpu.name and r.job == run.job
+                and r.pins == run.pins and r.stack == run.stack]
+        assert n == len(same) and measured == pytest.approx(float(np.median(same)))

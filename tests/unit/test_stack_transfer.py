@@ -1,0 +1,86 @@
+"""Stack factors that mean the same on every GPU (issue 19 section 2): a factor fitted on a GPU
+whose GEMM curve is borrowed from another chip stays on that GPU class; one fitted on a GPU
+with its own curve travels, checked by fitting a stack on one GPU's runs and predicting another
+GPU's runs."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import pytest
+
+from planner.calibrate.stackfit import fit_stack_by_class, fit_stack_factors, predict_with
+from planner.registry import load_gpu
+from planner.specs.hardware import STOCK_STEP_TIME_REL_ERROR
+from planner.stacks import StackFactors, curve_is_borrowed, resolve_stack
+
+
+@cache
+def _runs(stack: str, gpu: str, every: int = 1) -> tuple:
+    """Timed published runs of a stack on one GPU whose layout the table states in full."""
+    from planner.measured.runs import load_table
+
+    runs, _ = load_table()
+    out = [r for r in runs if r.stack == stack and r.cluster.gpu.name == gpu
+           and r.measured_step_time_s and r.layout is not None]
+    return tuple(out[::every])
+
+
+def _median_err(preset, runs) -> tuple[float, float]:
+    layouts = [r.layout for r in runs]
+    meas = np.array([r.measured_step_time_s for r in runs])
+    err = predict_with(preset, list(runs), layouts) / meas - 1
+    return float(np.median(np.abs(err))), float(np.median(err))
+
+
+@pytest.mark.parametrize("gpu,borrowed", [("V100-SXM2-16GB", True), ("GB300-NVL72", True),
+                                          ("A100-SXM4-80GB", False), ("H100-SXM", False),
+                                          ("GB200-NVL72", False)])
+def test_borrowed_curves_are_the_ones_their_sources_say(gpu, borrowed):
+    assert curve_is_borrowed(load_gpu(gpu)) is borrowed
+
+
+def test_a_factor_fitted_on_a_borrowed_curve_stays_on_its_gpu_class():
+    """The Megatron-LM 2021 runs are all V100 (DLPerf), whose profile borrows the A100's GEMM
+    curve: the fit keeps its factor on the V100 class and leaves the transferable factors at the
+    stock ones, so on an A100 the preset predicts what the stock profile does (issue 19: the old
+    shared x0.68 made held-out A100 runs +32..+43%)."""
+    runs = _runs("megatron-lm-2021", "V100-SXM2-16GB")
+    assert len(runs) >= 10
+    base = resolve_stack("megatron-lm-2021")
+    fitted = fit_stack_by_class(base, list(runs), [r.layout for r in runs], fit_overhead=False)
+    assert fitted.factors == StackFactors()
+    v100 = fitted.gpu_factors["V100-SXM2"]
+    assert v100.gemm_scale < 0.85  # DLPerf's V100 runs are slower than the borrowed A100 curve
+    a100 = load_gpu("A100-SXM4-80GB")
+    assert fitted.apply(a100) == a100
+    assert fitted.factors_for("V100-SXM2-32GB") == v100  # the class, both memory sizes
+    # the class factor improves its own runs over the stock factors (computed, not assumed)
+    stock = base.model_copy(update={"factors": StackFactors(), "gpu_factors": {}})
+    assert _median_err(fitted, runs)[0] < _median_err(stock, runs)[0]
+
+
+def test_committed_preset_keeps_the_v100_factor_off_other_gpus():
+    preset = resolve_stack("megatron-lm-2021")
+    assert preset.factors_for("A100-SXM4-80GB") == StackFactors()
+    assert preset.factors_for("V100-SXM2-16GB").gemm_scale < 0.85
+
+
+def test_a_stack_fitted_on_one_gpu_predicts_another():
+    """llm-foundry's FSDP runs: fit the pytorch-fsdp factors on the A100-80GB runs (relative to
+    the A100 profile) and predict the H100 runs on the H100 profile. Bound: the H100 runs' own
+    fit (the floor two factors can reach there) plus one stock band (the model's documented 1-sigma
+    error between layouts of a job, 6.9%): a factor that means the same on both GPUs loses at
+    most the band by travelling. Measured: 7.7% against an own-fit floor of 4.9% (all runs)."""
+    fit_runs = _runs("pytorch-fsdp", "A100-SXM4-80GB", 2)
+    target = _runs("pytorch-fsdp", "H100-SXM", 2)
+    assert len(fit_runs) >= 20 and len(target) >= 20
+    stock = resolve_stack("pytorch-fsdp").model_copy(update={"factors": StackFactors(),
+                                                             "gpu_factors": {}})
+    moved = fit_stack_factors(stock, list(fit_runs), [r.layout for r in fit_runs])
+    own = fit_stack_factors(stock, list(target), [r.layout for r in target])
+    moved_err, moved_signed = _median_err(moved, target)
+    own_err, _ = _median_err(own, target)
+    assert moved_err <= own_err + STOCK_STEP_TIME_REL_ERROR
+    assert abs(moved_signed) <= 0.10  # no large bias travels with the factor
