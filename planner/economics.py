@@ -115,18 +115,26 @@ def failure_overhead(write_h: float, interval_h: float, mtbf_h: float, restart_h
 
 
 def training_run(plan: Plan, model: ModelSpec, cluster: ClusterSpec, inputs: RunInputs) -> RunCosts:
-    """Days, GPU-hours, cost, energy, checkpoint and failure numbers of one plan's run."""
+    """Days, GPU-hours, cost, energy, checkpoint and failure numbers of one plan's run. On a
+    cluster of pools each pool's GPUs draw their own TDP and each pool's nodes fail alike."""
     e = plan.estimate
     n = plan.layout.tp * plan.layout.pp * plan.layout.dp * plan.layout.cp
     tokens_per_step = e.global_batch * e.seq_len
     steps = math.ceil(inputs.train_tokens / tokens_per_step)
     hours = steps * e.step_time_s / 3600.0
     gpu_hours = n * hours
-    tdp = cluster.gpu.tdp_w
-    energy = n * tdp * hours * inputs.pue / 1e6 if tdp is not None else None
+    pools = getattr(cluster, "pools", None)
+    if pools is None:
+        tdp = cluster.gpu.tdp_w
+        energy = n * tdp * hours * inputs.pue / 1e6 if tdp is not None else None
+        nodes = max(1, math.ceil(n / cluster.gpus_per_node))
+    else:
+        tdps = [p.gpu.tdp_w for p in pools]
+        energy = (sum(p.num_gpus * t for p, t in zip(pools, tdps, strict=True)) * hours
+                  * inputs.pue / 1e6 if None not in tdps else None)
+        nodes = sum(max(1, math.ceil(p.num_gpus / p.gpus_per_node)) for p in pools)
     ckpt = checkpoint_gb(model.num_params)
     write_s = ckpt / inputs.storage_gb_per_s
-    nodes = max(1, math.ceil(n / cluster.gpus_per_node))
     mtbf = inputs.node_mtbf_hours / nodes
     interval = young_interval_hours(write_s / 3600.0, mtbf)
     restart_h = (write_s if inputs.restart_s is None else inputs.restart_s) / 3600.0

@@ -108,15 +108,21 @@ class Explanation:
         return out
 
 
+def _pools(cluster: Any) -> tuple:
+    """The homogeneous clusters a cluster is made of: itself, or its pools."""
+    return tuple(getattr(cluster, "pools", None) or (cluster,))
+
+
 def _group_lines(cluster: ClusterSpec, lo: Layout) -> list[str]:
     """Which groups span more than one NVLink domain (Megatron's order: tp, cp, dp, pp)."""
     out = []
+    domain = min(p.domain_gpus for p in _pools(cluster))
     for name in ("TP", "CP", "DP", "PP", "EP"):
         size, domains = _group_span(cluster, lo, name)
         if domains > 1:
             out.append(f"the {name} group ({size} ranks) leaves the NVLink domain of "
-                       f"{cluster.domain_gpus} GPUs: {domains} domains, the slower tier")
-    return out or [f"every process group stays inside one NVLink domain of {cluster.domain_gpus}"]
+                       f"{domain} GPUs: {domains} domains, the slower tier")
+    return out or [f"every process group stays inside one NVLink domain of {domain}"]
 
 
 # The process group behind each communication term (its size and its rank stride, Megatron's
@@ -131,7 +137,11 @@ def _group_span(cluster: ClusterSpec, lo: Layout, name: str) -> tuple[int, int]:
 
     size, stride = {"TP": (lo.tp, 1), "CP": (lo.cp, lo.tp), "DP": (lo.dp * lo.cp, lo.tp),
                     "PP": (lo.pp, lo.tp * lo.cp * lo.dp), "EP": (lo.ep, lo.tp)}[name]
-    return size, int(comm.Group(cluster, size, stride).domains) if size > 1 else 1
+    if size <= 1:
+        return size, 1
+    pools = _pools(cluster)  # on pools: TP, CP, DP, EP groups stay in a pool, the PP group not
+    domains = max(int(comm.Group(p, size, stride).domains) for p in pools)
+    return size, max(domains, len(pools)) if name == "PP" else domains
 
 
 def _binds(plan: Plan, cluster: ClusterSpec) -> list[str]:
@@ -240,11 +250,14 @@ def one_knob_changes(model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     def searched(lo: Layout) -> bool:
         return lo.vpp <= VPP_CAP and lo.mbs <= MBS_CAP and lo.tp & (lo.tp - 1) == 0
 
-    cands = [(w, lo) for w, lo in neighbour_layouts(plan.layout, cluster.num_gpus)
-             if searched(lo) and not layout_violations(model, cluster, job, lo)]
+    if len(_pools(cluster)) > 1:
+        cands, ests = _placed_on_pools(model, cluster, job, plan, searched)
+    else:
+        cands = [(w, lo) for w, lo in neighbour_layouts(plan.layout, cluster.num_gpus)
+                 if searched(lo) and not layout_violations(model, cluster, job, lo)]
+        ests = estimate_many(model, cluster, job, [lo for _, lo in cands]) if cands else []
     if not cands:
         return []
-    ests = estimate_many(model, cluster, job, [lo for _, lo in cands])
     old = plan.estimate
     out = []
     for (what, lo), est in zip(cands, ests, strict=True):
@@ -254,6 +267,32 @@ def one_knob_changes(model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                           _main_term(plan, new)))
     out.sort(key=lambda c: (c.d_step_s, c.d_peak_gb))
     return out
+
+
+def _placed_on_pools(model: ModelSpec, cluster: Any, job: JobSpec, plan: Plan,
+                     searched: Any) -> tuple[list, list]:
+    """The one-knob neighbours of a plan on a cluster of pools, each placed as the plan is (its
+    pools in the same order, the plan's layers per stage where pp is unchanged, else the even
+    rule's): ([(what, placed layout)], [Estimate])."""
+    from planner.costmodel import Estimate
+    from planner.costmodel.pools import estimate_pooled, pool_order
+    from planner.errors import LayoutError
+
+    order = pool_order(cluster, [plan.layout])
+    base = replace(plan.layout, stage_gpu=())
+    cands, ests = [], []
+    for what, lo in neighbour_layouts(replace(base, stage_layers=()), cluster.num_gpus):
+        if not searched(lo):
+            continue
+        if lo.pp == base.pp:
+            lo = replace(lo, stage_layers=base.stage_layers)
+        try:
+            placed, cols = estimate_pooled(model, cluster, job, lo, order)
+        except LayoutError:
+            continue
+        cands.append((what, placed))
+        ests.append(Estimate.from_batch(cols, 0))
+    return cands, ests
 
 
 def _knob_diff(a: Layout, b: Layout) -> str:

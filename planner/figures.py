@@ -98,11 +98,16 @@ def schedule_timeline(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layo
     blocking = not (job.p2p_overlap and vpp > 1)
     # each stage at its own per-micro-batch time (the LM head's and the embedding's stages
     # differ), split into passes as the slowest stage's: the estimate's bubble_time
+    import numpy as np
+
     from planner.costmodel.batch import stage_costs
 
-    feats = pipeline.stage_features(model, layout.pp, layout.vpp, layout.stage_layers,
-                                    prune=False)
-    per_stage = stage_costs(model, cluster, job, [layout], feats)[0][0]
+    if "stage_time_s" in one:  # a cluster of pools: each stage on its own pool's GPU
+        per_stage = np.asarray(one["stage_time_s"], dtype=float)[: layout.pp]
+    else:
+        feats = pipeline.stage_features(model, layout.pp, layout.vpp, layout.stage_layers,
+                                        prune=False)
+        per_stage = stage_costs(model, cluster, job, [layout], feats)[0][0]
     rel = per_stage / max(float(per_stage.max()), 1e-30)
     slots = pipeline.simulate(layout.pp, vpp, m, tf * rel, tb * rel, send, kind,  # type: ignore[arg-type]
                               blocking)

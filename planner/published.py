@@ -120,6 +120,16 @@ def mark_plans(plans: list[Any], gpu_name: str, stack: str, precision: str,
     return out, limit
 
 
+def mark_cluster_plans(plans: list[Any], cluster: Any, stack: str, precision: str,
+                       ) -> tuple[list[Any], Ceiling | None]:
+    """mark_plans on the cluster's GPU class; a cluster of pools of several GPU classes has no
+    one class's ceiling: its plans are returned unmarked (ceiling None)."""
+    names = {p.gpu.name for p in getattr(cluster, "pools", None) or (cluster,)}
+    if len(names) != 1:
+        return plans, None
+    return mark_plans(plans, names.pop(), stack, precision)
+
+
 def note(plans: list[Any], limit: Ceiling | None) -> str | None:
     """The line the table and explain print when plans are flagged, else None."""
     flagged = [str(p.rank or "-") for p in plans if p.faster_than_published]

@@ -288,8 +288,8 @@ def parse_cluster(text: str, profile: GpuProfile | None = None) -> ClusterSpec:
     keeps the node shape from the text. SpecError with one readable line otherwise."""
     text = text.strip()
     if "+" in text and not _is_file_ref(text):
-        raise SpecError(f"cluster '{text}': a cluster of pools is taken by solve and estimate "
-                        "only")
+        raise SpecError(f"cluster '{text}': a cluster of pools is taken by solve, estimate, "
+                        "explain, report and export only (this command takes one GPU kind)")
     m = _CLUSTER_RE.match(text)
     if m is None:
         if _is_file_ref(text) or is_file(text):

@@ -221,6 +221,14 @@ class StackPreset(BaseModel):
             return profile
         return self.apply(profile)
 
+    def cluster_for(self, cluster: Any) -> Any:
+        """The cluster (or cluster of pools) with profile_for on every GPU profile it holds."""
+        pools = getattr(cluster, "pools", None)
+        if pools is None:
+            return cluster.model_copy(update={"gpu": self.profile_for(cluster.gpu)})
+        return cluster.model_copy(update={"pools": tuple(
+            p.model_copy(update={"gpu": self.profile_for(p.gpu)}) for p in pools)})
+
     def summary(self) -> dict[str, Any]:
         """JSON-able summary for `planner stacks --json`."""
         return {

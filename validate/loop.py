@@ -105,6 +105,9 @@ def closed_loop(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
 
     if n < 1:
         raise PlannerError("--calibrate N needs N >= 1 plans to validate")
+    if getattr(cluster, "pools", None):
+        raise PlannerError("--calibrate fits one GPU kind's profile from runs on this machine; "
+                           "not on a cluster of pools")
     runs_path = Path(runs_path)
     validate_run = validate_run or default_validate_run()
     # the candidates: the tie (or the top plans) beyond what is shown, so that the runs can

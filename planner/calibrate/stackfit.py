@@ -71,7 +71,7 @@ def fit_stack_factors(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Lay
 
 
 def fit_stack_by_class(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
-                       fit_overhead: bool = True):  # noqa: ANN001, ANN201 - StackPreset in and out
+                       fit_overhead: bool = True):
     """The preset fitted so that its factors mean the same on every GPU. Runs on a GPU whose
     GEMM curve is the chip's own (measured on it, planner.stacks.curve_is_borrowed false) fit
     the transferable `factors`: relative to each GPU's own curve, they carry to any GPU. Runs on

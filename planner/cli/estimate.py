@@ -13,48 +13,22 @@ not multiply to the GPU count or do not divide heads, layers or the batch exit 2
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import typer
 
-from planner.cli.launcher_options import ConfigOpt, MaybeClusterOpt, MaybeModelOpt, inputs
+from planner.cli.inputs import (
+    JOB_OPTIONS,
+    LAYOUT_KNOB_OPTIONS,
+    RUN_ECONOMICS_OPTIONS,
+    resolve_inputs,
+    takes,
+)
+from planner.cli.launcher_options import ConfigOpt, MaybeClusterOpt, MaybeModelOpt
 from planner.cli.options import (
-    AttentionOpt,
-    CpOpt,
     CsvOpt,
-    DpOpt,
-    EpOpt,
-    EtpOpt,
-    GlobalBatchOpt,
-    GpuHourPriceOpt,
-    GradDtypeOpt,
     JsonOpt,
-    MbsOpt,
-    MoeCapacityOpt,
-    MoeDispatcherOpt,
-    MtbfOpt,
-    P2pOverlapOpt,
-    PpOpt,
-    PrecisionChoice,
-    PrecisionOpt,
-    ProfileOpt,
-    PueOpt,
-    RecomputeOpt,
-    RefBatchOpt,
-    RefLrOpt,
-    SeqLenOpt,
-    SpOpt,
-    StackOpt,
     StageLayersOpt,
-    StorageOpt,
-    TpOpt,
-    TpOverlapOpt,
-    TrainTokensOpt,
-    VppOpt,
-    ZeroOpt,
-    check_lr_options,
-    economics_inputs,
-    layout_pins,
-    parse_stage_layers,
     with_economics,
 )
 from planner.cli.typer_app import app
@@ -70,102 +44,45 @@ ESTIMATE_HELP = (
 
 
 @app.command("estimate", help=ESTIMATE_HELP)
+@takes(LAYOUT_KNOB_OPTIONS, JOB_OPTIONS, RUN_ECONOMICS_OPTIONS)
 def estimate_cmd(
     ctx: typer.Context,
     model: MaybeModelOpt = None,
     cluster: MaybeClusterOpt = None,
     config: ConfigOpt = None,
-    tp: TpOpt = None,
-    pp: PpOpt = None,
-    dp: DpOpt = None,
-    cp: CpOpt = None,
-    ep: EpOpt = None,
-    etp: EtpOpt = None,
-    vpp: VppOpt = None,
-    mbs: MbsOpt = None,
-    zero: ZeroOpt = None,
-    recompute: RecomputeOpt = None,
-    sp: SpOpt = None,
-    precision: PrecisionOpt = PrecisionChoice.bf16,
-    attention: AttentionOpt = None,
-    grad_dtype: GradDtypeOpt = None,
-    tp_comm_overlap: TpOverlapOpt = None,
-    p2p_overlap: P2pOverlapOpt = None,
-    moe_dispatcher: MoeDispatcherOpt = None,
-    moe_capacity_factor: MoeCapacityOpt = None,
-    stack: StackOpt = None,
-    seq_len: SeqLenOpt = None,
-    global_batch: GlobalBatchOpt = None,
-    profile: ProfileOpt = None,
     stage_layers: StageLayersOpt = None,
     csv: CsvOpt = None,
     as_json: JsonOpt = False,
-    train_tokens: TrainTokensOpt = None,
-    gpu_hour_price: GpuHourPriceOpt = None,
-    pue: PueOpt = None,
-    mtbf_hours: MtbfOpt = None,
-    storage_gb_per_s: StorageOpt = None,
-    ref_lr: RefLrOpt = None,
-    ref_batch: RefBatchOpt = None,
+    **options: Any,  # the shared options (@takes), read by name in resolve_inputs
 ) -> None:
     """Predict one layout (help text: ESTIMATE_HELP)."""
-    from planner.costmodel import estimate
+    from planner.costmodel import estimate_placed
     from planner.plan import Plan
-    from planner.search import with_stage_layers
-    from planner.stacks import resolve_stack
 
-    preset = resolve_stack(stack)
-    recipe = dict(precision=precision, attention=attention, grad_dtype=grad_dtype,
-                  tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap,
-                  moe_dispatcher=moe_dispatcher, moe_capacity_factor=moe_capacity_factor)
-    flags = layout_pins(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=mbs,
-                        zero=zero, recompute=recompute, sp=sp)
-    # with --config, its layout; the flags typed override it
-    model_spec, cluster_spec, job, pins, resolved = inputs(ctx, config, model, cluster, profile,
-                                                           seq_len, global_batch, recipe, flags,
-                                                           stack, pools=True)
-    tp, pp, dp, cp, ep, etp, vpp, mbs, zero, recompute, sp = (pins.get(k) for k in (
-        "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp"))
-    counts = parse_stage_layers(stage_layers)
-    if not counts and resolved is not None and len(resolved.imported.stage_layers) == pp:
-        counts = resolved.imported.stage_layers  # the config's uneven split (vpp 1)
-    if counts and pp is None:
-        pp = len(counts)
-    if tp is None or pp is None:
+    # with --config, its layout; the flags typed override it; the stack's layout knobs are
+    # defaults here (below), not pins
+    inputs = resolve_inputs(ctx, pools=True, pin_stack=False)
+    model_spec, cluster_spec, job, pins = inputs.model, inputs.cluster, inputs.job, inputs.pins
+    run_in, counts = inputs.economics, inputs.stage_layers
+    pp = pins.get("pp", len(counts) or None)
+    if not counts and inputs.config is not None and len(inputs.config.imported.stage_layers) == pp:
+        counts = inputs.config.imported.stage_layers  # the config's uneven split (vpp 1)
+    if "tp" not in pins or pp is None:
         raise LayoutError("estimate needs --tp and --pp (use `planner solve` to search them)")
-    run_in = economics_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
-    from planner.specs import PooledCluster
-
-    if run_in is not None and isinstance(cluster_spec, PooledCluster):
-        from planner.errors import SpecError
-
-        raise SpecError("--train-tokens and the run costs are not modelled on a cluster of "
-                        "pools yet")
-    check_lr_options(ref_lr, ref_batch)
-    fixed = preset.layout_defaults  # what the stack cannot change, where the user did not say
-    layout = default_layout(cluster_spec.num_gpus, str(cluster_spec), tp=tp, pp=pp, dp=dp, cp=cp,
-                            ep=ep, vpp=vpp if vpp is not None else fixed.get("vpp"), mbs=mbs,
-                            zero=zero if zero is not None else fixed.get("zero"),
-                            recompute=recompute, sp=sp if sp is not None else fixed.get("sp"),
-                            etp=etp)
+    # what the stack cannot change, where the user did not say
+    fixed = {k: v for k, v in inputs.stack.layout_defaults.items() if k in ("vpp", "zero", "sp")}
+    knobs = {**fixed, **{k: v for k, v in pins.items() if k not in ("tp", "pp")}}
+    layout = default_layout(cluster_spec.num_gpus, str(cluster_spec), tp=pins["tp"], pp=pp,
+                            **knobs)
     layout = dataclasses.replace(layout, stage_layers=counts)
-    if etp is None and model_spec.is_moe and layout.etp == 0:
+    if "etp" not in pins and model_spec.is_moe and layout.etp == 0:
         layout = _fold_experts(layout)
-    if isinstance(cluster_spec, PooledCluster):
-        from planner.costmodel.pools import estimate_pooled
-
-        plan = Plan(*estimate_pooled(model_spec, cluster_spec, job, layout))
-    else:
-        est = estimate(model_spec, cluster_spec, job, layout)
-        plan = Plan(layout=with_stage_layers(layout, model_spec.num_hidden_layers), estimate=est)
+    plan = Plan(*estimate_placed(model_spec, cluster_spec, job, layout))
     plan = with_economics([plan], model_spec, cluster_spec, run_in)[0]
-    from planner.published import mark_plans, note
-    from planner.specs import PooledCluster
+    from planner.published import mark_cluster_plans, note
 
-    limit = None
-    if not isinstance(cluster_spec, PooledCluster):
-        marked, limit = mark_plans([plan], cluster_spec.gpu.name, preset.name, job.precision)
-        plan = marked[0]
+    marked, limit = mark_cluster_plans([plan], cluster_spec, inputs.stack.name, job.precision)
+    plan = marked[0]
     from planner import report
     from planner.costmodel.checks import layout_warnings, plan_warnings
 
@@ -188,10 +105,11 @@ def estimate_cmd(
     console = Console()
     console.print(
         f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), "
-        f"{report.job_label(cluster_spec.gpu, job)}" + (f", stack {preset.name}" if stack else "")
+        f"{report.job_label(cluster_spec.gpu, job)}"
+        + (f", stack {inputs.stack.name}" if inputs.stack_given else "")
     )
     report.print_estimate(plan, console)
-    report.print_run_notes(plan, run_in, ref_lr, ref_batch, console)
+    report.print_run_notes(plan, run_in, inputs.ref_lr, inputs.ref_batch, console)
     flagged = note([plan], limit)
     if flagged:
         console.print("! " + flagged, markup=False)

@@ -19,44 +19,19 @@ from typing import Annotated, Any
 import typer
 
 from planner import limits
+from planner.cli.inputs import (
+    JOB_OPTIONS,
+    LAYOUT_KNOB_OPTIONS,
+    RUN_ECONOMICS_OPTIONS,
+    resolve_inputs,
+    takes,
+)
 from planner.cli.options import (
-    AttentionOpt,
     ClusterOpt,
-    CpOpt,
-    DpOpt,
-    EpOpt,
-    GlobalBatchOpt,
-    GpuHourPriceOpt,
-    GradDtypeOpt,
     JsonOpt,
-    MbsOpt,
     ModelOpt,
-    MtbfOpt,
-    P2pOverlapOpt,
-    PpOpt,
-    PrecisionChoice,
-    PrecisionOpt,
-    ProfileOpt,
-    PueOpt,
-    RecomputeOpt,
-    RefBatchOpt,
-    RefLrOpt,
-    SeqLenOpt,
-    SpOpt,
-    StackOpt,
-    StorageOpt,
-    TpOpt,
-    TpOverlapOpt,
-    TrainTokensOpt,
-    VppOpt,
-    ZeroOpt,
-    check_lr_options,
-    economics_inputs,
-    layout_pins,
-    load_inputs,
     output_file,
     output_folder,
-    stack_pins,
     with_economics,
 )
 from planner.cli.typer_app import app
@@ -82,7 +57,7 @@ PARETO_PLANS = 60
 def resolve_plan(model_spec: Any, cluster_spec: Any, job: Any, pins: dict[str, Any],
                  rank: int | None, top: int) -> tuple[Any, list[Any]]:
     """(the plan to explain, the ranking it is compared with)."""
-    from planner.costmodel import estimate
+    from planner.costmodel import estimate_placed
     from planner.errors import InfeasibleError
     from planner.plan import Plan
     from planner.search import solve
@@ -96,8 +71,9 @@ def resolve_plan(model_spec: Any, cluster_spec: Any, job: Any, pins: dict[str, A
         raise LayoutError("explain needs --rank N, or --tp and --pp (and any other pins)")
     from planner.layout import default_layout
 
-    layout = default_layout(cluster_spec.num_gpus, str(cluster_spec), **pins)
-    plan = Plan(layout=layout, estimate=estimate(model_spec, cluster_spec, job, layout))
+    layout, est = estimate_placed(model_spec, cluster_spec, job,
+                                  default_layout(cluster_spec.num_gpus, str(cluster_spec), **pins))
+    plan = Plan(layout=layout, estimate=est)
     try:
         ranked = solve(model_spec, cluster_spec, job, {}, top_k=max(top, PARETO_PLANS))
     except InfeasibleError:
@@ -124,79 +100,35 @@ def write_figures(model_spec: Any, cluster_spec: Any, job: Any, plan: Any, ranke
     return out
 
 
-def _inputs(model: str, cluster: str, profile: Any, seq_len: int | None,
-            global_batch: int | None, stack: str | None, recipe: tuple, knobs: dict[str, Any],
-            run: tuple, lr: tuple) -> tuple:
-    """(model, cluster, job, pins, run inputs) of explain and report, as solve resolves them:
-    the stack's recipe (typed recipe flags win), its efficiency factors and layout pins."""
-    from planner.stacks import resolve_stack
-
-    model_spec, cluster_spec, job = load_inputs(model, cluster, profile, seq_len, global_batch,
-                                                *recipe, stack=stack)
-    run_in = economics_inputs(*run)
-    check_lr_options(*lr)
-    pins = stack_pins(resolve_stack(stack), layout_pins(**knobs))
-    return model_spec, cluster_spec, job, pins, run_in
-
-
 @app.command("explain")
+@takes(LAYOUT_KNOB_OPTIONS, JOB_OPTIONS, RUN_ECONOMICS_OPTIONS)
 def explain_cmd(
+    ctx: typer.Context,
     model: ModelOpt,
     cluster: ClusterOpt,
     rank: RankOpt = None,
-    tp: TpOpt = None,
-    pp: PpOpt = None,
-    dp: DpOpt = None,
-    cp: CpOpt = None,
-    ep: EpOpt = None,
-    vpp: VppOpt = None,
-    mbs: MbsOpt = None,
-    zero: ZeroOpt = None,
-    recompute: RecomputeOpt = None,
-    sp: SpOpt = None,
-    precision: PrecisionOpt = PrecisionChoice.bf16,
-    attention: AttentionOpt = None,
-    grad_dtype: GradDtypeOpt = None,
-    tp_comm_overlap: TpOverlapOpt = None,
-    p2p_overlap: P2pOverlapOpt = None,
-    stack: StackOpt = None,
-    seq_len: SeqLenOpt = None,
-    global_batch: GlobalBatchOpt = None,
-    profile: ProfileOpt = None,
-    train_tokens: TrainTokensOpt = None,
-    gpu_hour_price: GpuHourPriceOpt = None,
-    pue: PueOpt = None,
-    mtbf_hours: MtbfOpt = None,
-    storage_gb_per_s: StorageOpt = None,
-    ref_lr: RefLrOpt = None,
-    ref_batch: RefBatchOpt = None,
     figures: FiguresOpt = None,
     as_json: JsonOpt = False,
+    **options: Any,  # the shared options (@takes), read by name in resolve_inputs
 ) -> None:
     """Explain one plan: where the time and memory go, what binds, the change that helps most
     (re-estimated), and why its neighbours in the ranking lose."""
     from planner.costmodel import memory_status
     from planner.explanation import explain
     from planner.report import run_note_lines
-    model_spec, cluster_spec, job, pins, run_in = _inputs(
-        model, cluster, profile, seq_len, global_batch, stack,
-        recipe=(precision, attention, grad_dtype, tp_comm_overlap, p2p_overlap),
-        knobs=dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero,
-                   recompute=recompute, sp=sp),
-        run=(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s),
-        lr=(ref_lr, ref_batch))
+    inputs = resolve_inputs(ctx, pools=True)
+    model_spec, cluster_spec, job, pins = inputs.model, inputs.cluster, inputs.job, inputs.pins
+    run_in = inputs.economics
     plan, ranked = resolve_plan(model_spec, cluster_spec, job, pins, rank, 10)
     plan = with_economics([plan], model_spec, cluster_spec, run_in)[0]
-    from planner.published import mark_plans, note
-    from planner.stacks import resolve_stack
+    from planner.published import mark_cluster_plans, note
 
-    marked, limit = mark_plans([plan], cluster_spec.gpu.name, resolve_stack(stack).name,
-                               job.precision)
+    marked, limit = mark_cluster_plans([plan], cluster_spec, inputs.stack.name, job.precision)
     plan = marked[0]
     exp = explain(model_spec, cluster_spec, job, plan, ranked)
     flagged = note([plan], limit)
     lines = exp.lines() + ([flagged] if flagged else []) \
-        + run_note_lines(plan, run_in, ref_lr, ref_batch)
+        + run_note_lines(plan, run_in, inputs.ref_lr, inputs.ref_batch)
     written = write_figures(model_spec, cluster_spec, job, plan, ranked, figures) if figures else []
     if as_json:
         import json
@@ -226,38 +158,15 @@ def explain_cmd(
 
 
 @app.command("report")
+@takes(LAYOUT_KNOB_OPTIONS, JOB_OPTIONS, RUN_ECONOMICS_OPTIONS)
 def report_cmd(
+    ctx: typer.Context,
     html: HtmlOpt,
     model: ModelOpt,
     cluster: ClusterOpt,
-    tp: TpOpt = None,
-    pp: PpOpt = None,
-    dp: DpOpt = None,
-    cp: CpOpt = None,
-    ep: EpOpt = None,
-    vpp: VppOpt = None,
-    mbs: MbsOpt = None,
-    zero: ZeroOpt = None,
-    recompute: RecomputeOpt = None,
-    sp: SpOpt = None,
-    precision: PrecisionOpt = PrecisionChoice.bf16,
-    attention: AttentionOpt = None,
-    grad_dtype: GradDtypeOpt = None,
-    tp_comm_overlap: TpOverlapOpt = None,
-    p2p_overlap: P2pOverlapOpt = None,
-    stack: StackOpt = None,
-    seq_len: SeqLenOpt = None,
-    global_batch: GlobalBatchOpt = None,
-    profile: ProfileOpt = None,
     top: TopOpt = 10,
-    train_tokens: TrainTokensOpt = None,
-    gpu_hour_price: GpuHourPriceOpt = None,
-    pue: PueOpt = None,
-    mtbf_hours: MtbfOpt = None,
-    storage_gb_per_s: StorageOpt = None,
-    ref_lr: RefLrOpt = None,
-    ref_batch: RefBatchOpt = None,
     compare_cluster: CompareOpt = None,
+    **options: Any,  # the shared options (@takes), read by name in resolve_inputs
 ) -> None:
     """Write one self-contained HTML file: the ranked plans, the winner's explanation and its
     figures (inlined SVG, no network)."""
@@ -269,13 +178,9 @@ def report_cmd(
 
     if str(html) != "-" and html.suffix.lower() not in (".html", ".htm"):
         raise SpecError(f"--html {html}: use a .html file name")
-    model_spec, cluster_spec, job, pins, run_in = _inputs(
-        model, cluster, profile, seq_len, global_batch, stack,
-        recipe=(precision, attention, grad_dtype, tp_comm_overlap, p2p_overlap),
-        knobs=dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, zero=zero,
-                   recompute=recompute, sp=sp),
-        run=(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s),
-        lr=(ref_lr, ref_batch))
+    inputs = resolve_inputs(ctx, pools=True)
+    model_spec, cluster_spec, job, pins = inputs.model, inputs.cluster, inputs.job, inputs.pins
+    run_in = inputs.economics
     ranked = solve(model_spec, cluster_spec, job, pins, top_k=max(top, PARETO_PLANS))
     ranked = with_economics(ranked, model_spec, cluster_spec, run_in)
     winner = ranked[0]
@@ -285,7 +190,8 @@ def report_cmd(
         from planner.errors import InfeasibleError
         from planner.registry import parse_cluster
 
-        spec = parse_cluster(other, profile=cluster_spec.gpu if profile is not None else None)
+        given = options["profile"] is not None  # --profile: the same GPU profile everywhere
+        spec = parse_cluster(other, profile=cluster_spec.gpu if given else None)
         try:
             groups[str(spec)] = solve(model_spec, spec, job, pins, top_k=PARETO_PLANS)
         except InfeasibleError:
@@ -296,7 +202,8 @@ def report_cmd(
 
     notes = [f"warning: {w}" for w in plan_warnings(cluster_spec, job, winner)]
     text = html_report(model_spec, cluster_spec, job, ranked, top, exp,
-                       notes + run_note_lines(winner, run_in, ref_lr, ref_batch), title, groups)
+                       notes + run_note_lines(winner, run_in, inputs.ref_lr, inputs.ref_batch),
+                       title, groups)
     write_text_atomic(html, text)
     typer.echo(f"wrote {html} ({len(text) / 1024:.0f} KiB): {min(top, len(ranked))} plans, "
                f"winner {winner.layout}", err=str(html) == "-")

@@ -14,9 +14,16 @@ express is a comment in the file and a warning on stderr.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
+from planner.cli.inputs import (
+    JOB_OPTIONS,
+    LAYOUT_KNOB_OPTIONS,
+    resolve_inputs,
+    takes,
+)
 from planner.cli.launcher_options import (
     ConfigOpt,
     MaybeClusterOpt,
@@ -24,41 +31,13 @@ from planner.cli.launcher_options import (
     OutOpt,
     RankOpt,
     ToOpt,
-    inputs,
     write_export,
-)
-from planner.cli.options import (
-    AttentionOpt,
-    CpOpt,
-    DpOpt,
-    EpOpt,
-    EtpOpt,
-    GlobalBatchOpt,
-    GradDtypeOpt,
-    MbsOpt,
-    MoeCapacityOpt,
-    MoeDispatcherOpt,
-    P2pOverlapOpt,
-    PpOpt,
-    PrecisionChoice,
-    PrecisionOpt,
-    ProfileOpt,
-    RecomputeOpt,
-    SeqLenOpt,
-    SpOpt,
-    StackOpt,
-    TpOpt,
-    TpOverlapOpt,
-    VppOpt,
-    ZeroOpt,
-    layout_pins,
-    stack_pins,
 )
 from planner.cli.typer_app import app
 
 
-def runnable_plans(solve, model_spec, cluster_spec, job, pins, rank, rules,  # noqa: ANN001
-                   own_split=None):  # noqa: ANN001
+def runnable_plans(solve, model_spec, cluster_spec, job, pins, rank, rules,
+                   own_split=None):
     """The ranking's plans the launcher can run (`rules(layout, layers)` lists why not), best
     first, at least `rank` of them where there are: the first plans of a wider ranking (each
     with its stages as the launcher splits them, `own_split`, and estimated so), and the best of
@@ -70,7 +49,7 @@ def runnable_plans(solve, model_spec, cluster_spec, job, pins, rank, rules,  # n
         return solve(model_spec, cluster_spec, job, pins, top_k=rank)
     layers = model_spec.num_hidden_layers
 
-    def runnable(found):  # noqa: ANN001, ANN202
+    def runnable(found):
         out = []
         for p in found:
             if own_split is not None and own_split(p.layout, layers) != p.layout:
@@ -96,36 +75,16 @@ def runnable_plans(solve, model_spec, cluster_spec, job, pins, rank, rules,  # n
 
 
 @app.command("export")
+@takes(LAYOUT_KNOB_OPTIONS, JOB_OPTIONS)
 def export_cmd(
     ctx: typer.Context,
     to: ToOpt,
     model: MaybeModelOpt = None,
     cluster: MaybeClusterOpt = None,
     config: ConfigOpt = None,
-    tp: TpOpt = None,
-    pp: PpOpt = None,
-    dp: DpOpt = None,
-    cp: CpOpt = None,
-    ep: EpOpt = None,
-    etp: EtpOpt = None,
-    vpp: VppOpt = None,
-    mbs: MbsOpt = None,
-    zero: ZeroOpt = None,
-    recompute: RecomputeOpt = None,
-    sp: SpOpt = None,
-    precision: PrecisionOpt = PrecisionChoice.bf16,
-    attention: AttentionOpt = None,
-    grad_dtype: GradDtypeOpt = None,
-    tp_comm_overlap: TpOverlapOpt = None,
-    p2p_overlap: P2pOverlapOpt = None,
-    moe_dispatcher: MoeDispatcherOpt = None,
-    moe_capacity_factor: MoeCapacityOpt = None,
-    stack: StackOpt = None,
-    seq_len: SeqLenOpt = None,
-    global_batch: GlobalBatchOpt = None,
-    profile: ProfileOpt = None,
     rank: RankOpt = 1,
     out: OutOpt = None,
+    **options: Any,  # the shared options (@takes), read by name in resolve_inputs
 ) -> None:
     """Write a plan as a launcher's own configuration (plan --rank N of the ranking, or the
     layout every knob of which is pinned, or the --config's layout converted)."""
@@ -133,17 +92,10 @@ def export_cmd(
     from planner.layout import KNOBS, Layout
     from planner.plan import Plan
     from planner.search import solve
-    from planner.stacks import resolve_stack
 
-    pins = stack_pins(resolve_stack(stack), layout_pins(
-        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
-        recompute=recompute, sp=sp))
-    recipe = dict(precision=precision, attention=attention, grad_dtype=grad_dtype,
-                  tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap,
-                  moe_dispatcher=moe_dispatcher, moe_capacity_factor=moe_capacity_factor)
-    model_spec, cluster_spec, job, pins, resolved = inputs(ctx, config, model, cluster, profile,
-                                                           seq_len, global_batch, recipe, pins,
-                                                           stack)
+    inputs = resolve_inputs(ctx, pools=True)  # a pooled plan: export_plan says why not, one line
+    model_spec, cluster_spec, job, pins = inputs.model, inputs.cluster, inputs.job, inputs.pins
+    resolved = inputs.config
     from planner.launchers import module
 
     launcher = module(to.value if hasattr(to, "value") else str(to))

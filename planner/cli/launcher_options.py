@@ -62,17 +62,17 @@ def inputs(ctx: typer.Context, config: Path | None, model: str | None, cluster: 
     the flags that were typed overriding it. `stack` (--stack; with --config default the config's
     framework) sets the recipe the config and the typed flags do not, and its efficiency factors
     on the GPU profile (planner.stacks). pools: the command takes a cluster of pools
-    (64xH100+128xA100; solve and estimate, from the flags)."""
+    (64xH100+128xA100; solve, estimate and export, from the flags)."""
     from planner.errors import SpecError
 
     unwrap = {k: (v.value if isinstance(v, Enum) else v) for k, v in recipe.items()}
     if config is None:
         if model is None or cluster is None:
             raise SpecError("give --model and --cluster (or --config with a launcher config)")
+        given_recipe = {k: recipe[k] for k in RECIPE_OPTIONS if recipe.get(k) is not None}
         model_spec, cluster_spec, job = load_inputs(
-            model, cluster, profile, seq_len, global_batch,
-            *(recipe.get(k) for k in RECIPE_OPTIONS),
-            stack=stack, pools=pools)
+            model, cluster, profile, seq_len, global_batch, **given_recipe, stack=stack,
+            pools=pools)
         return model_spec, cluster_spec, job, pins, None
     from planner.launchers import read_config, resolve
     from planner.registry import load_gpu
@@ -103,7 +103,7 @@ def first_runnable(launcher: LauncherChoice | str, plans: list, model_spec, clus
     engine: no vpp, ZeRO 0-1 with pp > 1), with the stages as the launcher splits them
     (with_own_split, re-estimated), noted on stderr when it is not the first; SpecError when
     none is."""
-    from planner.costmodel import estimate
+    from planner.costmodel import estimate_placed
     from planner.errors import SpecError
     from planner.launchers import module
     from planner.plan import Plan
@@ -119,7 +119,7 @@ def first_runnable(launcher: LauncherChoice | str, plans: list, model_spec, clus
             if own_split is not None:
                 layout = own_split(plan.layout, model_spec.num_hidden_layers)
                 if layout != plan.layout:
-                    plan = Plan(layout, estimate(model_spec, cluster_spec, job, layout))
+                    plan = Plan(layout, estimate_placed(model_spec, cluster_spec, job, layout)[1])
             return plan
     raise SpecError(f"none of the {len(plans)} plans can run on {name} "
                     f"({'; '.join(rules(plans[0].layout))}): use `planner export --to {name}`, "

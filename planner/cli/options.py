@@ -300,7 +300,7 @@ def parse_stage_layers(text: str | None) -> tuple[int, ...]:
 
 
 def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | None,
-                global_batch: int | None, precision: PrecisionChoice,
+                global_batch: int | None, *, precision: PrecisionChoice = PrecisionChoice.bf16,
                 attention: AttentionChoice | None = None,
                 grad_dtype: GradDtypeChoice | None = None,
                 tp_comm_overlap: bool | None = None, p2p_overlap: bool | None = None,
@@ -313,19 +313,14 @@ def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | N
     --tp-comm-overlap and --p2p-overlap, where given, override its recipe. pools: the
     command takes a cluster of pools (64xH100+128xA100; solve, estimate)."""
     from planner.registry import load_gpu, load_model, parse_cluster, parse_cluster_or_pools
-    from planner.specs import JobSpec, PooledCluster
+    from planner.specs import JobSpec
     from planner.stacks import StackPreset, resolve_stack
 
     preset = stack if isinstance(stack, StackPreset) else resolve_stack(stack)
     model_spec = load_model(model)
     gpu = load_gpu(str(profile)) if profile is not None else None
     cluster_spec = (parse_cluster_or_pools if pools else parse_cluster)(cluster, profile=gpu)
-    if isinstance(cluster_spec, PooledCluster):  # the stack's factors on every pool's GPU
-        cluster_spec = PooledCluster(pools=tuple(
-            p.model_copy(update={"gpu": preset.profile_for(p.gpu)}) for p in cluster_spec.pools))
-    else:
-        cluster_spec = cluster_spec.model_copy(
-            update={"gpu": preset.profile_for(cluster_spec.gpu)})
+    cluster_spec = preset.cluster_for(cluster_spec)  # the stack's factors on every GPU
     job = preset.job(JobSpec(
         seq_len=seq_len or model_spec.seq_len,
         global_batch=global_batch or model_spec.global_batch,

@@ -18,62 +18,33 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from planner import limits
+from planner.cli.inputs import (
+    JOB_OPTIONS,
+    LAYOUT_KNOB_OPTIONS,
+    RUN_ECONOMICS_OPTIONS,
+    resolve_inputs,
+    takes,
+)
 from planner.cli.launcher_options import (
     ConfigOpt,
     ExportOpt,
     MaybeClusterOpt,
     MaybeModelOpt,
     OutOpt,
-    inputs,
     write_export,
 )
 from planner.cli.options import (
-    AttentionOpt,
-    CpOpt,
     CsvOpt,
-    DpOpt,
-    EpOpt,
-    EtpOpt,
     EvenStagesOpt,
-    GlobalBatchOpt,
-    GpuHourPriceOpt,
-    GradDtypeOpt,
     JsonOpt,
-    MbsOpt,
-    MoeCapacityOpt,
-    MoeDispatcherOpt,
-    MtbfOpt,
-    P2pOverlapOpt,
-    PpOpt,
-    PrecisionChoice,
-    PrecisionOpt,
-    ProfileOpt,
-    PueOpt,
-    RecomputeOpt,
-    RefBatchOpt,
-    RefLrOpt,
-    SeqLenOpt,
-    SpOpt,
-    StackOpt,
     StageLayersOpt,
-    StorageOpt,
-    TpOpt,
-    TpOverlapOpt,
-    TrainTokensOpt,
-    VppOpt,
-    ZeroOpt,
-    check_lr_options,
-    economics_inputs,
-    layout_pins,
     output_file,
-    parse_stage_layers,
     records_option,
-    stack_pins,
     with_economics,
 )
 from planner.cli.typer_app import app
@@ -120,140 +91,71 @@ def _empty_json_when_infeasible(as_json: bool) -> Iterator[None]:
 
 
 @app.command("solve")
+@takes(LAYOUT_KNOB_OPTIONS, JOB_OPTIONS, RUN_ECONOMICS_OPTIONS)
 def solve_cmd(
     ctx: typer.Context,
     model: MaybeModelOpt = None,
     cluster: MaybeClusterOpt = None,
     config: ConfigOpt = None,
-    tp: TpOpt = None,
-    pp: PpOpt = None,
-    dp: DpOpt = None,
-    cp: CpOpt = None,
-    ep: EpOpt = None,
-    etp: EtpOpt = None,
-    vpp: VppOpt = None,
-    mbs: MbsOpt = None,
-    zero: ZeroOpt = None,
-    recompute: RecomputeOpt = None,
-    sp: SpOpt = None,
-    precision: PrecisionOpt = PrecisionChoice.bf16,
-    attention: AttentionOpt = None,
-    grad_dtype: GradDtypeOpt = None,
-    tp_comm_overlap: TpOverlapOpt = None,
-    p2p_overlap: P2pOverlapOpt = None,
-    moe_dispatcher: MoeDispatcherOpt = None,
-    moe_capacity_factor: MoeCapacityOpt = None,
-    stack: StackOpt = None,
-    seq_len: SeqLenOpt = None,
-    global_batch: GlobalBatchOpt = None,
-    profile: ProfileOpt = None,
     stage_layers: StageLayersOpt = None,
     even_stages: EvenStagesOpt = False,
     top: TopOpt = 10,
     csv: CsvOpt = None,
     as_json: JsonOpt = False,
-    train_tokens: TrainTokensOpt = None,
-    gpu_hour_price: GpuHourPriceOpt = None,
-    pue: PueOpt = None,
-    mtbf_hours: MtbfOpt = None,
-    storage_gb_per_s: StorageOpt = None,
-    ref_lr: RefLrOpt = None,
-    ref_batch: RefBatchOpt = None,
     calibrate: CalibrateOpt = None,
     runs: RunsOpt = Path("runs.jsonl"),
     profile_out: ProfileOutOpt = None,
     export: ExportOpt = None,
     out: OutOpt = None,
     tp_across_nodes: TpAcrossNodesOpt = False,
+    **options: Any,  # the shared options (@takes), read by name in resolve_inputs
 ) -> None:
     """Search the layouts (CP-SAT) and print the best that fit: the tie with the fastest (by
     robustness), then the rest by predicted step time."""
-    from planner.search import search
-    from planner.stacks import resolve_stack
-
-    preset = resolve_stack(stack)
-    pins = stack_pins(preset, layout_pins(
-        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
-        recompute=recompute, sp=sp))
     from planner.errors import SpecError
+    from planner.search import search
 
     if out is not None and export is None:
         raise SpecError("--out goes with --export LAUNCHER")
     if str(csv) == "-" and (as_json or (export is not None and str(out) in ("None", "-"))):
         raise SpecError("--csv - and " + ("--json" if as_json else "--export without --out")
                         + " would both write to stdout; give --csv a file name")
-    recipe = dict(precision=precision, attention=attention, grad_dtype=grad_dtype,
-                  tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap,
-                  moe_dispatcher=moe_dispatcher, moe_capacity_factor=moe_capacity_factor)
-    # with --config, the config's layout is the one to compare; only typed flags are pinned
-    model_spec, cluster_spec, job, current_pins, resolved = inputs(
-        ctx, config, model, cluster, profile, seq_len, global_batch, recipe, pins, stack,
-        pools=True)
-    comparison = None
-    run_in = economics_inputs(train_tokens, gpu_hour_price, pue, mtbf_hours, storage_gb_per_s)
-    from planner.specs import PooledCluster
-
-    if isinstance(cluster_spec, PooledCluster) and (run_in is not None or export is not None):
-        from planner.errors import SpecError
-
-        raise SpecError("--train-tokens, the run costs and --export are not available on a "
-                        "cluster of pools yet")
-    check_lr_options(ref_lr, ref_batch)
-    loop = None
+    # with --config, the config's layout (inputs.pins) is the one compared; typed flags pinned
+    inputs = resolve_inputs(ctx, pools=True)
+    model_spec, cluster_spec, job = inputs.model, inputs.cluster, inputs.job
+    pins = inputs.typed_pins
+    comparison = loop = None
     with _empty_json_when_infeasible(as_json):
-        if isinstance(cluster_spec, PooledCluster):
-            from planner.search.pools import search_pooled
-
-            if calibrate is not None:
-                from planner.errors import SpecError
-
-                raise SpecError("--calibrate measures one GPU kind; not on a cluster of pools")
-            plans = search_pooled(model_spec, cluster_spec, job, pins, top_k=top,
-                                  stage_layers=parse_stage_layers(stage_layers),
-                                  even_stages=even_stages)
-        elif calibrate is not None:
-            from contextlib import nullcontext
-
-            from planner.interrupts import raise_on_signals
-            from planner.progress import hidden
-            from planner.validate.loop import closed_loop
-
-            # SIGTERM/SIGINT/SIGHUP: the run in flight ends with its record, exit 128 + signal
-            with raise_on_signals(), (hidden() if as_json else nullcontext()):
-                loop = closed_loop(model_spec, cluster_spec, job, pins, calibrate, runs, top_k=top,
-                                   profile_out=profile_out, stack=preset,
-                                   tp_across_nodes=tp_across_nodes)
+        if calibrate is not None:
+            loop = _closed_loop(inputs, calibrate, runs, top, profile_out, as_json,
+                                tp_across_nodes)
             plans = loop.plans_after
             tied_total = sum(p.tied_with_best for p in plans)
-        elif resolved is not None:
+        elif inputs.config is not None:
             from planner.cli.solve_config import compare_config
 
-            plans, comparison = compare_config(model_spec, cluster_spec, job, pins, current_pins,
+            plans, comparison = compare_config(model_spec, cluster_spec, job, pins, inputs.pins,
                                                top)
             tied_total = sum(p.tied_with_best for p in plans)
         else:
             result = search(model_spec, cluster_spec, job, pins, top_k=top,
-                            stage_layers=parse_stage_layers(stage_layers), even_stages=even_stages,
+                            stage_layers=inputs.stage_layers, even_stages=even_stages,
                             tp_across_nodes=tp_across_nodes)
             plans, tied_total = result.plans(), result.tied_total
-    plans = with_economics(plans, model_spec, cluster_spec, run_in)
-    limit = None
-    if not isinstance(cluster_spec, PooledCluster):
-        from planner.published import mark_plans
+    plans = with_economics(plans, model_spec, cluster_spec, inputs.economics)
+    from planner.published import mark_cluster_plans
 
-        plans, limit = mark_plans(plans, cluster_spec.gpu.name, preset.name, job.precision)
+    plans, limit = mark_cluster_plans(plans, cluster_spec, inputs.stack.name, job.precision)
     from planner import report
     from planner.costmodel.checks import plan_warnings
 
     for line in plan_warnings(cluster_spec, job, plans[0]) if plans else []:
         typer.echo(f"warning: {line}", err=True)
-
     if export is not None:
         from planner.cli.launcher_options import first_runnable
 
         write_export(export, model_spec, cluster_spec, job,
                      first_runnable(export, plans, model_spec, cluster_spec, job), out)
-
     if csv is not None:
         report.write_plans_csv(plans, csv)
     if as_json:
@@ -269,6 +171,18 @@ def solve_cmd(
     # the table goes to stderr when stdout carries a file (--export without --out, --csv -)
     console = Console(stderr=(export is not None and (out is None or str(out) == "-"))
                       or str(csv) == "-")
+    _print(console, inputs, plans, tied_total, loop, comparison, limit)
+    if csv is not None and str(csv) != "-":
+        console.print(f"wrote {csv}")
+
+
+def _print(console, inputs, plans, tied_total, loop, comparison, limit) -> None:
+    """The table, the winner's run, warnings, the tie, the config comparison, the loop's fit."""
+    from planner import report
+
+    model_spec, cluster_spec, job = inputs.model, inputs.cluster, inputs.job
+    pins = inputs.typed_pins
+    preset, stack = inputs.stack, inputs.stack_given
     pinned = " ".join(f"{k}={v}" for k, v in pins.items())
     title = (
         f"{model_spec.name} on {cluster_spec} ({cluster_spec.num_gpus} GPUs), seq {job.seq_len}, "
@@ -278,7 +192,8 @@ def solve_cmd(
     )
     report.print_plans_table(plans, console, title=title)
     if plans:
-        report.print_run_notes(plans[0], run_in, ref_lr, ref_batch, console)
+        report.print_run_notes(plans[0], inputs.economics, inputs.ref_lr, inputs.ref_batch,
+                                console)
     from planner.published import note
 
     flagged = note(plans, limit)
@@ -314,5 +229,19 @@ def solve_cmd(
             f"winner changed: {before} -> {after}" if loop.winner_changed
             else f"winner unchanged: {after}"
         )
-    if csv is not None and str(csv) != "-":
-        console.print(f"wrote {csv}")
+
+
+def _closed_loop(inputs, n, runs, top, profile_out, as_json, tp_across_nodes):
+    """solve --calibrate N: the closed loop (planner.validate.loop) on these inputs; SIGTERM,
+    SIGINT or SIGHUP end the run in flight with its record (exit 128 + signal)."""
+    from contextlib import nullcontext
+
+    from planner.interrupts import raise_on_signals
+    from planner.progress import hidden
+    from planner.validate.loop import closed_loop
+
+    with raise_on_signals(), (hidden() if as_json else nullcontext()):
+        return closed_loop(inputs.model, inputs.cluster, inputs.job, inputs.typed_pins, n, runs,
+                           top_k=top, profile_out=profile_out, stack=inputs.stack,
+                           tp_across_nodes=tp_across_nodes)
+

@@ -2,6 +2,8 @@
 layout, term by term (the plan columns of docs/contract.md).
 
     estimate(model, cluster, job, layout) -> Estimate          one layout, checked
+    estimate_placed(model, cluster, job, layout)                 ... with its stages written out
+                                                                 (on any cluster, pools too)
     estimate_batch(model, cluster, job, layouts) -> dict        many layouts, numpy columns
     layout_violations(model, cluster, job, layout) -> list[str] structural problems
 
@@ -19,13 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from planner.costmodel.batch import estimate_batch
+from planner.costmodel import batch
 from planner.costmodel.checks import layout_violations
 from planner.errors import LayoutError
 from planner.layout import Layout
-from planner.specs import ClusterSpec, JobSpec, ModelSpec
+from planner.specs import ClusterSpec, JobSpec, ModelSpec, PooledCluster
 
-__all__ = ["Estimate", "estimate", "estimate_batch", "layout_violations", "memory_status"]
+__all__ = ["Estimate", "estimate", "estimate_batch", "estimate_placed", "layout_violations",
+           "memory_status"]
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,20 @@ def overflow_reasons(est: Estimate) -> list[str]:
     return lines
 
 
+def estimate_batch(model: ModelSpec, cluster: ClusterSpec | PooledCluster, job: JobSpec,
+                   layouts: Sequence[Layout] | Mapping[str, Any], all_stages: bool = False
+                   ) -> dict[str, np.ndarray]:
+    """Plan columns of many layouts (costmodel.batch.estimate_batch). On a cluster of pools the
+    stages sit on the pools in the order the layouts' stage_gpu names them (the cluster's order
+    without it; costmodel.pools)."""
+    if isinstance(cluster, PooledCluster):
+        from planner.costmodel.pools import estimate_pooled_batch, pool_order
+
+        return estimate_pooled_batch(model, cluster, job, layouts, pool_order(cluster, layouts),
+                                     all_stages)
+    return batch.estimate_batch(model, cluster, job, layouts, all_stages)
+
+
 def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout) -> Estimate:
     """Predict one layout; LayoutError (all reasons) when it cannot run at all. A layout that
     does not fit in memory is still estimated (fits False, overflow says why)."""
@@ -155,6 +172,26 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
     if problems:
         raise LayoutError(f"layout {layout} is invalid: " + "; ".join(problems))
     return Estimate.from_batch(estimate_batch(model, cluster, job, [layout]), 0)
+
+
+def estimate_placed(model: ModelSpec, cluster: ClusterSpec | PooledCluster, job: JobSpec,
+                    layout: Layout) -> tuple[Layout, Estimate]:
+    """(the layout with its layers per stage written out, and on a cluster of pools each stage's
+    GPU, stages on the pools in the order they are written; its Estimate). LayoutError when it
+    cannot run or be placed. One entry for every cluster (estimate, explain by pins)."""
+    from dataclasses import replace
+
+    from planner.costmodel import pipeline
+
+    if isinstance(cluster, PooledCluster):
+        from planner.costmodel.pools import estimate_pooled
+
+        placed, cols = estimate_pooled(model, cluster, job, layout)
+        return placed, Estimate.from_batch(cols, 0)
+    est = estimate(model, cluster, job, layout)
+    counts = pipeline.stage_counts(model.num_hidden_layers, layout.pp, layout.vpp,
+                                   layout.stage_layers)
+    return replace(layout, stage_layers=tuple(counts)), est
 
 
 def estimate_many(

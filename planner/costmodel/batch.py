@@ -156,14 +156,7 @@ def estimate_batch(
     x = _Knobs.of(lo, job, model)
     t = _stage_times(model, cluster, job, x, st)
     mem = _stage_memory(model, cluster, job, x, st, t)
-    out = _assemble(model, cluster, job, x, st, t, mem)
-    if all_stages:
-        s = mem.state
-        out |= {"stages_index": st["index"]} | {
-            f"stages_mem_{k}_gb": v / GIB for k, v in (
-                ("weights", s.weights), ("grads", s.grads), ("optimizer", s.optimizer),
-                ("activations", mem.activations), ("other", mem.other))}
-    return out
+    return _assemble(model, [cluster], job, x, st, [(t, mem)], all_stages=all_stages)
 
 
 @dataclass(frozen=True)
@@ -312,42 +305,110 @@ def dp_and_optimizer_time(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, 
     return time_dp, compute.optimizer_time(cluster.gpu, shard)
 
 
-def _assemble(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs,
-              st: dict[str, np.ndarray], t: _StageTimes, mem: _StageMemory
-              ) -> dict[str, np.ndarray]:
+def _mean_peak(pools: Sequence[ClusterSpec], precision: str) -> float:
+    """Peak FLOP/s per GPU of the cluster: its GPU's, or on pools the GPU-weighted mean (MFU
+    counts each pool's GPUs at their own peak)."""
+    peaks = [cl.gpu.peak_flops(precision) for cl in pools]
+    if all(p == peaks[0] for p in peaks):
+        return peaks[0]
+    return sum(cl.num_gpus * p for cl, p in zip(pools, peaks, strict=True)) / sum(
+        cl.num_gpus for cl in pools)
+
+
+def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _Knobs,
+              st: dict[str, np.ndarray], parts: Sequence[tuple[_StageTimes, _StageMemory]],
+              pool: np.ndarray | None = None, real: np.ndarray | None = None,
+              same_gpu: bool = True, all_stages: bool = False) -> dict[str, np.ndarray]:
     """The plan columns: the slowest stage sets the per-micro-batch time, the stage holding the
-    most parameters the DP traffic and the optimizer step, the most loaded GPU the memory."""
-    gpu, s, batch, m = cluster.gpu, job.seq_len, job.global_batch, x.m
+    most parameters the DP traffic and the optimizer step, the most loaded GPU the memory.
+
+    One assembly for every cluster: a homogeneous cluster is one pool (pools = [cluster], parts =
+    its stage times and memory). On several pools (costmodel.pools) `pool` is each candidate
+    stage's pool and `real` masks the padding past a layout's pp; each stage is costed on its
+    pool's GPU and fabric, DP traffic and the optimizer step per pool (the slowest pool counts),
+    the pipeline sends on the slower network (a pool boundary is a network hop), the memory
+    against each stage's own capacity (the reported GPU has the least headroom), the band is the
+    slowest stage's profile's."""
+    s, batch, m = job.seq_len, job.global_batch, x.m
     n_layouts = len(x.tp)
-    stage_mb = t.total
-    slow = np.argmax(stage_mb, axis=1)
+    one = len(pools) == 1
+
+    def per_stage(get: Any) -> np.ndarray:
+        if one:
+            return get(*parts[0])
+        out = np.zeros(st["index"].shape)
+        for j, part in enumerate(parts):
+            out = np.where(pool == j, get(*part), out)
+        return out
+
+    stage_mb = per_stage(lambda t, mem: t.total)
+    slow = np.argmax(stage_mb if real is None else np.where(real, stage_mb, -np.inf), axis=1)
     at = _Picker(stage_mb.shape)
-    time_compute = m * at(t.compute.total, slow)
-    time_tp = m * at(t.tp, slow)
-    time_cp = m * at(t.cp, slow)
-    time_ep = m * at(t.ep, slow)
+    time_compute = m * at(per_stage(lambda t, mem: t.compute.total), slow)
+    time_tp = m * at(per_stage(lambda t, mem: t.tp), slow)
+    time_cp = m * at(per_stage(lambda t, mem: t.cp), slow)
+    time_ep = m * at(per_stage(lambda t, mem: t.ep), slow)
     slow_mb = at(stage_mb, slow)
-    bubble = pipeline.bubble_time(x.pp, x.vpp, m, slow_mb, t.whole)
-    time_pp_comm = comm.pp_p2p_time(cluster, model, x.tokens, x.tp, x.pp, x.dp, x.cp, x.vpp,
-                                    x.sp, m, slow_mb, job.p2p_overlap)
+    if one:
+        whole = parts[0][0].whole  # every stage once (pipeline.bubble_time)
+    elif same_gpu:  # every stage of the pipeline once, on pools of one GPU profile
+        whole = np.where(real, stage_mb, 0.0).sum(axis=1)
+    else:  # the split's sum is not fixed across pools: the equal-stage bound (an upper bound)
+        whole = slow_mb * x.pp
+    bubble = pipeline.bubble_time(x.pp, x.vpp, m, slow_mb, whole)
+    crosses = None if one else np.ones(n_layouts, dtype=bool)  # a pool boundary: the network
+    time_pp_comm = np.max([comm.pp_p2p_time(cl, model, x.tokens, x.tp, x.pp, x.dp, x.cp, x.vpp,
+                                            x.sp, m, slow_mb, job.p2p_overlap, crosses)
+                           for cl in pools], axis=0)
 
-    # DP communication and the optimizer step, on the stage holding the most parameters
-    state = mem.state
-    heavy = np.argmax(state.p_dense + state.p_expert, axis=1)
-    time_dp, time_opt = dp_and_optimizer_time(model, cluster, job, x, t, state, heavy, at)
+    # DP communication and the optimizer step, on the stage holding the most parameters (of each
+    # pool; the pool that takes longest counts: the step ends when every stage has stepped)
+    dp_opt = []
+    for j, (cl, (t, mem)) in enumerate(zip(pools, parts, strict=True)):
+        state = mem.state
+        params = state.p_dense + state.p_expert
+        if not one:
+            params = np.where((pool == j) & real, params, -1.0)
+        heavy = np.argmax(params, axis=1)
+        t_dp, t_opt = dp_and_optimizer_time(model, cl, job, x, t, state, heavy, at)
+        if not one:
+            present = at(params, heavy) >= 0
+            t_dp, t_opt = np.where(present, t_dp, 0.0), np.where(present, t_opt, 0.0)
+        dp_opt.append((t_dp, t_opt))
+    if one:
+        time_dp, time_opt = dp_opt[0]
+    else:
+        worst = np.argmax(np.stack([d + o for d, o in dp_opt], axis=1), axis=1)
+        rows = np.arange(n_layouts)
+        time_dp = np.stack([d for d, _ in dp_opt], axis=1)[rows, worst]
+        time_opt = np.stack([o for _, o in dp_opt], axis=1)[rows, worst]
 
-    total = mem.total
-    peak_stage = np.argmax(total, axis=1)
+    total = per_stage(lambda t, mem: mem.total)
+    if one:
+        peak_stage = np.argmax(total, axis=1)  # the most loaded GPU
+        capacity = np.full(n_layouts, pools[0].gpu.usable_memory_gib)
+        hbm: Any = pools[0].gpu.memory_gib
+        rel: Any = pools[0].gpu.step_time_band  # calibrated, else the stock model's error
+    else:
+        cap = np.array([cl.gpu.usable_memory_gib for cl in pools])[pool]
+        peak_stage = np.argmin(np.where(real, cap - total / GIB, np.inf), axis=1)  # least room
+        capacity = at(cap, peak_stage)
+        hbm = at(np.array([cl.gpu.memory_gib for cl in pools])[pool], peak_stage)
+        rel = np.array([cl.gpu.step_time_band for cl in pools])[at(pool, slow)]
     step = time_compute + time_tp + time_cp + time_ep + bubble + time_pp_comm + time_dp + time_opt
     n_gpus = x.tp * x.pp * x.dp * x.cp
     tokens_step = float(s * batch)
     model_flops = compute.model_flops_per_step(model, s, batch)
     hw_flops = model_flops + compute.recompute_flops_per_step(model, s, batch, x.rc)
-    peak = gpu.peak_flops(job.precision)
-    rel = gpu.step_time_band  # calibrated, else the stock model's documented error
-    cap = gpu.usable_memory_gib
+    peak = _mean_peak(pools, job.precision)
     peak_mem = at(total, peak_stage) / GIB
-    return {
+
+    def mem_at_peak(get: Any) -> np.ndarray:
+        return at(per_stage(get), peak_stage) / GIB
+
+    send = np.max([comm.pp_send_time(cl, model, x.tokens, x.tp, x.pp, x.dp, x.cp, x.sp, crosses)
+                   for cl in pools], axis=0)
+    out = {
         "grad_accum": m.astype(np.int64),
         "global_batch": np.full(n_layouts, batch, dtype=np.int64),
         "seq_len": np.full(n_layouts, s, dtype=np.int64),
@@ -359,8 +420,8 @@ def _assemble(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs,
         "mfu": model_flops / (step * peak * n_gpus),
         "hfu": hw_flops / (step * peak * n_gpus),
         "peak_mem_gb": peak_mem,
-        "mem_capacity_gb": np.full(n_layouts, cap),
-        "fits": peak_mem <= cap,
+        "mem_capacity_gb": capacity,
+        "fits": peak_mem <= capacity,
         "time_compute_s": time_compute,
         "time_tp_comm_s": time_tp,
         "time_cp_comm_s": time_cp,
@@ -369,28 +430,40 @@ def _assemble(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs,
         "time_pp_bubble_s": bubble,
         "time_dp_comm_exposed_s": time_dp,
         "time_optimizer_s": time_opt,
-        "mem_weights_gb": at(state.weights, peak_stage) / GIB,
-        "mem_grads_gb": at(state.grads, peak_stage) / GIB,
-        "mem_optimizer_gb": at(state.optimizer, peak_stage) / GIB,
-        "mem_activations_gb": at(mem.activations, peak_stage) / GIB,
-        "mem_other_gb": at(mem.other, peak_stage) / GIB,
+        "mem_weights_gb": mem_at_peak(lambda t, mem: mem.state.weights),
+        "mem_grads_gb": mem_at_peak(lambda t, mem: mem.state.grads),
+        "mem_optimizer_gb": mem_at_peak(lambda t, mem: mem.state.optimizer),
+        "mem_activations_gb": mem_at_peak(lambda t, mem: mem.activations),
+        "mem_other_gb": mem_at_peak(lambda t, mem: mem.other),
         "step_time_low_s": step * (1 - rel),
         "step_time_high_s": step * (1 + rel),
         "device_mem_gb": memory.device_memory_gib(
-            peak_mem, at(mem.activations, peak_stage) / GIB, gpu.memory_gib,
+            peak_mem, mem_at_peak(lambda t, mem: mem.activations), hbm,
             x.tp, x.pp, x.dp, x.cp, x.ep),
         "peak_stage": at(st["index"], peak_stage).astype(np.int64),
         "slow_stage": at(st["index"], slow).astype(np.int64),
-        "in_flight": at(mem.flight, peak_stage),
+        "in_flight": at(per_stage(lambda t, mem: mem.flight), peak_stage),
         "model_flops": np.full(n_layouts, model_flops),
         "hw_flops": hw_flops,
-        "fwd_mb_s": at(t.compute.forward, slow),
-        "bwd_mb_s": at(t.compute.backward, slow),
-        "recompute_mb_s": at(t.compute.recompute, slow),
+        "fwd_mb_s": at(per_stage(lambda t, mem: t.compute.forward), slow),
+        "bwd_mb_s": at(per_stage(lambda t, mem: t.compute.backward), slow),
+        "recompute_mb_s": at(per_stage(lambda t, mem: t.compute.recompute), slow),
         "stage_mb_s": slow_mb,
-        "p2p_send_s": np.where(x.pp > 1, comm.pp_send_time(cluster, model, x.tokens, x.tp, x.pp,
-                                                           x.dp, x.cp, x.sp), 0.0),
+        "p2p_send_s": np.where(x.pp > 1, send, 0.0),
     }
+    if all_stages:  # every stage's memory terms, (N, C) (figures)
+        out |= {"stages_index": st["index"]} | {
+            f"stages_mem_{k}_gb": per_stage(get) / GIB for k, get in (
+                ("weights", lambda t, mem: mem.state.weights),
+                ("grads", lambda t, mem: mem.state.grads),
+                ("optimizer", lambda t, mem: mem.state.optimizer),
+                ("activations", lambda t, mem: mem.activations),
+                ("other", lambda t, mem: mem.other))}
+    if pool is not None:  # on pools, every stage's own numbers (their table and JSON)
+        out |= {"stage_time_s": np.where(real, stage_mb, np.nan),
+                "stage_mem_gb": np.where(real, total / GIB, np.nan),
+                "stage_pool": np.where(real, pool, -1)}
+    return out
 
 
 class _Picker:

@@ -53,7 +53,7 @@ DROPOUT = False
 MEM_REL_ERROR = 0.069
 
 
-def near_capacity(peak_gib, capacity_gib):  # noqa: ANN001, ANN201
+def near_capacity(peak_gib, capacity_gib):
     """True where the peak is within the memory band of the usable capacity or above it
     (peak + MEM_REL_ERROR x peak > capacity): such a plan "may not fit" (or does not), and it
     ranks after the plans with headroom within a tie (planner.search.ties)."""
@@ -450,7 +450,7 @@ CUDA_CONTEXT_GIB = 0.3
 RESERVE_PER_ACTIVATION_GIB = 1.35
 
 
-def nccl_communicator_gib(tp, pp, dp, cp, ep):  # noqa: ANN001, ANN201
+def nccl_communicator_gib(tp, pp, dp, cp, ep):
     """GiB of NCCL communicator buffers on one GPU: one communicator per parallel group of more
     than one rank (TP, PP, DP x CP, CP, EP), 544 MB for a pair and 688 MB for more ranks
     (nccl #964, NCCL_COMM_BYTES)."""
@@ -460,7 +460,7 @@ def nccl_communicator_gib(tp, pp, dp, cp, ep):  # noqa: ANN001, ANN201
     return groups / 2**30
 
 
-def device_memory_gib(peak_gib, activations_gib, memory_gib, tp, pp, dp, cp, ep):  # noqa: ANN001, ANN201, E501
+def device_memory_gib(peak_gib, activations_gib, memory_gib, tp, pp, dp, cp, ep):
     """What the device shows (nvidia-smi) at the step's peak, GiB: the allocated peak, the
     caching allocator's reserve (RESERVE_PER_ACTIVATION_GIB x activations), the CUDA context and
     the NCCL communicators, at most the GPU's HBM (the allocator releases cached blocks and

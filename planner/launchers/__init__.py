@@ -53,7 +53,13 @@ FORMS = {("nemo", ".py"): "python", ("torchtitan", ".toml"): "toml"}
 
 def export_plan(launcher: str, plan: LaunchPlan, form: str | None = None) -> Export:
     """The plan as the launcher's configuration text (keys validated against its list). `form`
-    picks the second written form where a launcher has one (FORMS)."""
+    picks the second written form where a launcher has one (FORMS). A plan on a cluster of pools
+    is refused in one line: a launcher's config names one GPU kind and one layout for every
+    stage."""
+    if len(set(plan.layout.stage_gpu)) > 1:
+        raise SpecError(f"{launcher} cannot express a plan on a cluster of pools (its config "
+                        "gives every pipeline stage one GPU kind and layout); export a plan of "
+                        "one pool's cluster")
     if form is not None and form in {f for (name, _), f in FORMS.items() if name == launcher}:
         result = module(launcher).export(plan, form=form)
     else:

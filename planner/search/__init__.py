@@ -2,6 +2,9 @@
 
     solve(model, cluster, job, pins, top_k=10) -> list[Plan]     ranked, best step time first
 
+One entry for every cluster: on a cluster of pools (specs.PooledCluster) search() places whole
+stages on pools (planner.search.pools) and ranks the plans it finds with the same bands and ties.
+
 The space and its rules: planner.search.problem. The CP-SAT models (structure enumeration, top-K
 selection): planner.search.cpsat. The exhaustive oracle the tests hold CP-SAT to:
 planner.search.exhaustive. Why nothing fits: planner.search.diagnose. Ranking: docs/ranking.md.
@@ -17,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from planner.costmodel import checks
+from planner.errors import LayoutError
 from planner.search.problem import (
     BatchCost,
     Space,
@@ -25,7 +29,7 @@ from planner.search.problem import (
     knob_domains,
     normalize_pins,
 )
-from planner.specs import ClusterSpec, JobSpec, ModelSpec
+from planner.specs import ClusterSpec, JobSpec, ModelSpec, PooledCluster
 
 if TYPE_CHECKING:
     from planner.layout import Layout
@@ -71,17 +75,21 @@ def build_space(
 class SearchResult:
     """Ranked row indices into the evaluated space, and where the time went (seconds)."""
 
-    space: Space
+    space: Space | None  # None on a cluster of pools: `ranked` holds the plans
     indices: list[int]
     objectives: list[int]
     timings: dict[str, float] = field(default_factory=dict)
     tied: list[bool] = field(default_factory=list)  # per index: tied with the fastest plan
     tied_total: int = 1  # eligible layouts of the whole space tied with the fastest (>= 1)
+    ranked: list[Plan] = field(default_factory=list)
 
     def plans(self) -> list[Plan]:
         """Plans (layout + Estimate from the space's cost columns), ranked from 1."""
         from planner.costmodel import Estimate
         from planner.plan import Plan
+
+        if self.space is None:
+            return list(self.ranked)
 
         layers = self.space.model.num_hidden_layers
         tied = self.tied or [r == 0 for r in range(len(self.indices))]
@@ -104,7 +112,7 @@ def with_stage_layers(layout: Layout, num_layers: int) -> Layout:
 
 def search(
     model: ModelSpec,
-    cluster: ClusterSpec,
+    cluster: ClusterSpec | PooledCluster,
     job: JobSpec,
     pins: Mapping[str, Any] | None = None,
     top_k: int = 10,
@@ -125,6 +133,16 @@ def search(
         from planner.errors import SpecError
 
         raise SpecError(f"--top must be at least 1, got {top_k}")
+    if isinstance(cluster, PooledCluster):  # stages placed on pools (planner.search.pools)
+        from planner.search.pools import search_pooled
+
+        if batch_cost is not None or tp_across_nodes:
+            raise LayoutError("a cluster of pools is searched with the stock cost model and tp "
+                              "inside each pool's NVLink domain")
+        plans = search_pooled(model, cluster, job, normalize_pins(pins), top_k, config,
+                              stage_layers=stage_layers, even_stages=even_stages)
+        return SearchResult(None, [], [], {}, [p.tied_with_best for p in plans],
+                            max(1, sum(p.tied_with_best for p in plans)), plans)
     pins = normalize_pins(pins)
     if stage_layers:
         pins = _pin_split(model, pins, stage_layers)
@@ -199,7 +217,7 @@ def _pin_split(model: ModelSpec, pins: dict[str, Any], counts: Sequence[int]) ->
 
 def solve(
     model: ModelSpec,
-    cluster: ClusterSpec,
+    cluster: ClusterSpec | PooledCluster,
     job: JobSpec,
     pins: Mapping[str, Any] | None = None,
     top_k: int = 10,

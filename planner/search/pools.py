@@ -29,6 +29,7 @@ import numpy as np
 from planner.costmodel import checks, pipeline
 from planner.errors import InfeasibleError, LayoutError
 from planner.layout import RECOMPUTE_LEVELS
+from planner.search.bands import order_ties
 from planner.search.problem import (
     CP_MIN_SEQ_LEN,
     KNOBS,
@@ -137,7 +138,9 @@ def search_pooled(
     stage_layers: Sequence[int] | None = None,
     even_stages: bool = False,
 ) -> list[Plan]:
-    """The top_k plans on the pools that fit, best step time first (ties: lower memory)."""
+    """The top_k plans on the pools that fit: those whose band overlaps the fastest's first, the
+    most robust first (search.bands.order_ties, flagged tied_with_best), then by step time
+    (ties: lower memory)."""
     from planner.costmodel import Estimate
     from planner.costmodel.pools import estimate_pooled_batch
     from planner.layout import Layout
@@ -244,4 +247,5 @@ def search_pooled(
              + ", ".join(f"{p.num_gpus} {p.gpu.name} ({p.gpu.usable_memory_gib:.1f} GiB usable)"
                          for p in pooled.pools)])
     ranked = sorted(best, key=lambda item: (-item[0], -item[1], -item[2]))
-    return [Plan(p.layout, p.estimate, rank=r) for r, (_, _, _, p) in enumerate(ranked, 1)]
+    # the same ties as the search of one cluster, among the plans found (bands.order_ties)
+    return order_ties([p for _, _, _, p in ranked])

@@ -42,14 +42,14 @@ BAD_CLUSTERS = [
 @pytest.mark.parametrize(("cluster", "fragments"), BAD_CLUSTERS)
 def test_load_inputs_rejects_bad_clusters(cluster, fragments):
     with pytest.raises(SpecError) as info:
-        load_inputs("llama70b", cluster, None, None, None, PrecisionChoice.bf16)
+        load_inputs("llama70b", cluster, None, None, None, precision=PrecisionChoice.bf16)
     for fragment in fragments:
         assert fragment in str(info.value)
 
 
 def test_load_inputs_resolves_a_good_cluster():
     _model, cluster, job = load_inputs("llama70b", "128xA100", None, 4096, 1024,
-                                       PrecisionChoice.bf16)
+                                       precision=PrecisionChoice.bf16)
     assert (cluster.num_nodes, cluster.gpus_per_node, cluster.gpu.name) == (16, 8, "A100-SXM4-80GB")
     assert (job.seq_len, job.global_batch) == (4096, 1024)
 
@@ -60,7 +60,7 @@ def test_load_inputs_profile_replaces_the_gpu(tmp_path):
     path = tmp_path / "h100-fitted.yaml"
     path.write_text(yaml.safe_dump(fitted))
     _model, cluster, _job = load_inputs("llama70b", "64xH100", path, None, None,
-                                        PrecisionChoice.bf16)
+                                        precision=PrecisionChoice.bf16)
     assert cluster.gpu.name == "h100-fitted" and cluster.num_gpus == 64
 
 

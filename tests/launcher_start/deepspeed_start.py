@@ -28,7 +28,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import stubs  # noqa: E402
+import stubs
 
 
 class MPU:
@@ -88,7 +88,7 @@ def check(case: dict, arguments, ds_config_cls) -> dict:
         return {"ok": True, "error": ""}
     except SystemExit as exc:
         return {"ok": False, "error": f"argparse exit {exc.code}"}
-    except Exception as exc:  # noqa: BLE001 - the launcher's own refusal, reported
+    except Exception as exc:
         last = traceback.extract_tb(exc.__traceback__)[-1]
         return {"ok": False, "error": f"{type(exc).__name__}: {exc} "
                                       f"({os.path.basename(last.filename)}:{last.lineno})"}

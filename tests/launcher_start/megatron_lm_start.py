@@ -26,7 +26,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import stubs  # noqa: E402
+import stubs
 
 
 def load(tree: str):
@@ -77,7 +77,7 @@ def check(case: dict, arguments, to_config, layers_to_build, layer_type) -> dict
         return {"ok": True, "error": "", "chunks": chunks}
     except SystemExit as exc:  # argparse refused an argument
         return {"ok": False, "error": f"argparse exit {exc.code}", "chunks": []}
-    except Exception as exc:  # noqa: BLE001 - the launcher's own refusal, reported
+    except Exception as exc:
         last = traceback.extract_tb(exc.__traceback__)[-1]
         return {"ok": False, "chunks": [],
                 "error": f"{type(exc).__name__}: {exc} ({os.path.basename(last.filename)}:"

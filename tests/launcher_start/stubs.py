@@ -66,8 +66,8 @@ def install(names: tuple[str, ...]) -> None:
     first, so it finds none and keeps its CPU paths."""
     import sys
 
-    import torch._dynamo  # noqa: F401
-    import torch._inductor.runtime.triton_compat  # noqa: F401
+    import torch._dynamo
+    import torch._inductor.runtime.triton_compat
     import torch.utils.flop_counter  # noqa: F401
 
     sys.meta_path.insert(0, _Stubs(names))

@@ -15,7 +15,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def _load(name: str):  # noqa: ANN202 - the benchmark module
+def _load(name: str):
     sys.path.insert(0, str(BENCH))
     try:
         spec = importlib.util.spec_from_file_location(f"{name}_bench", BENCH / f"{name}.py")

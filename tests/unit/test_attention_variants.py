@@ -40,7 +40,7 @@ def test_window_shortens_the_attention_time():
     gpu = load_gpu("H100-SXM")
     s = 32768
 
-    def core(model):  # noqa: ANN001, ANN202
+    def core(model):
         return layer_forward_times(model, gpu, "bf16", True, s, 1, 1, False, s).attention
 
     w = 128

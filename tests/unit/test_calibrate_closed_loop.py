@@ -1,6 +1,10 @@
 """planner.validate.loop.closed_loop with a stand-in for the torchrun launcher: the "machine" runs
-each layout at the cost model's time on a hidden TRUE profile; after the loop the ranking must be
-the one the TRUE profile gives (computed independently with solve on TRUE)."""
+each layout at the cost model's time on a hidden TRUE profile. Checked against the truth (solve
+on TRUE, computed independently): after the loop the first plan is TRUE's fastest and the plans
+shown are TRUE's top 5 (before the loop one of them was not). Their order is not TRUE's: 4 runs
+do not identify the 16 knobs, and within a tie the order is the fitted profile's robustness
+score; the test says so rather than promising the TRUE order. Checked against the loop itself:
+it ran the plans choose_calibration_plans picks and re-ranked with the profile it fitted."""
 
 from __future__ import annotations
 
@@ -56,3 +60,15 @@ def test_closed_loop_reranks_with_the_fitted_profile(tmp_path):
                                      != result.plans_after[0].layout)
     assert load_gpu(str(tmp_path / "fitted.yaml")).provenance["runs"] == [
         f"runs.jsonl:{i}" for i in (2, 3, 4, 5)]
+
+    # against the truth
+    truth = solve(model, cluster.model_copy(update={"gpu": true}), job, {}, top_k=5)
+
+    def true_time(layout):  # what the machine measures
+        run = MeasuredRun("x", "v", model, cluster, job, layout.as_dict(), 1.0)
+        return float(predict_step_times(true, [run], [layout])[0])
+
+    fastest = min(true_time(p.layout) for p in truth)
+    assert true_time(result.plans_after[0].layout) == pytest.approx(fastest, rel=1e-12)
+    assert {p.layout for p in result.plans_after} == {p.layout for p in truth}
+    assert {p.layout for p in result.plans_before} != {p.layout for p in truth}

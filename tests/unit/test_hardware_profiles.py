@@ -216,12 +216,49 @@ def test_measured_curves_reproduce_the_published_tables(gpus):
     assert gpus["B200-SXM"].intra_node.busbw_gb_per_s(16 * GiB) == pytest.approx(845.7)
 
 
-def test_attention_efficiency_from_flash_attention_measurements(gpus):
-    # FlashAttention-2, seq 8192 [S10]: A100 179.5 TFLOP/s, H100 327.9 TFLOP/s. The stock values
-    # are fitted to training runs (benchmarks/accuracy.py), which reach less than the kernel
-    # benchmark: the benchmark rate is the ceiling.
-    assert gpus["A100-SXM4-80GB"].attention_efficiency <= 179.5 / 312
-    assert gpus["H100-SXM"].attention_efficiency <= 327.9 / 989
+# Measured FlashAttention-2 throughput, seq 8192 [S10] (docs/hardware.md 2.1), over the dense
+# BF16 peak: what the profiles record as the measurement their fitted value started from
+FA2_MEASURED = {"A100-SXM4-80GB": 179.5 / 312, "H100-SXM": 327.9 / 989}
+
+
+def test_attention_efficiency_names_the_measurement_it_started_from(gpus):
+    """The stock attention_efficiency is not the kernel benchmark: it is fitted to training runs
+    (benchmarks/accuracy.py on the tuning sources) and about half of it. Its source says both,
+    and the measurement it quotes is the published one (typed here from docs/hardware.md)."""
+    for name, measured in FA2_MEASURED.items():
+        source = gpus[name].sources["attention_efficiency"]
+        assert source.startswith("fitted by benchmarks/accuracy.py"), source
+        quoted = float(source.split(" = ")[1].split()[0])  # "179.5 TFLOP/s / 312 = 0.575 [..."
+        assert quoted == pytest.approx(measured, abs=5e-4), (name, source)
+        assert 0.4 * measured < gpus[name].attention_efficiency < 0.6 * measured  # about half
+
+
+@pytest.mark.slow  # one fit on 61 published runs, ~10 s
+def test_a100_attention_efficiency_is_what_its_named_fit_gives(gpus):
+    """The value and its source: refitting as the source says (benchmarks/accuracy.py's
+    fitted_profiles on the A100-80GB runs of its tuning sources) gives the stored value back
+    (the stock profile is the fit's fixed point), so the number is the fit's, not a guess."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks"
+    sys.path.insert(0, str(bench))
+    try:
+        spec = importlib.util.spec_from_file_location("accuracy_bench", bench / "accuracy.py")
+        acc = importlib.util.module_from_spec(spec)
+        sys.modules["accuracy_bench"] = acc
+        spec.loader.exec_module(acc)
+    finally:
+        sys.path.remove(str(bench))
+    from planner.measured.runs import PUBLISHED_RUNS_CSV, load_table
+
+    runs, _ = load_table(PUBLISHED_RUNS_CSV, resolve_gpu=load_gpu)
+    mine = [r for r in runs if r.source_id in acc.TUNE_SOURCES
+            and r.cluster.gpu.name == "A100-SXM4-80GB"]
+    _, values = acc.fitted_profiles(mine, acc.Predictor(), log=lambda *_: None)
+    stored = gpus["A100-SXM4-80GB"].attention_efficiency
+    assert values["A100-SXM4-80GB"]["attention_efficiency"] == pytest.approx(stored, rel=0.01)
 
 
 def _curves(gpu: GpuProfile):

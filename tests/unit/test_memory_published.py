@@ -1,7 +1,12 @@
 """Memory against the published runs: the DeepSpeed 2022 runtime terms (JobSpec.software
 "deepspeed-2022"), the step-only fp32 gradient shard, FP8 activations (Transformer Engine), and
 the BLOOM out-of-memory rows of planner/data/published_runs.csv against their measured
-neighbours. Expected values are computed here from the sources' formulas (memory.py comments)."""
+neighbours. Expected values are computed here from the sources' formulas (memory.py comments).
+
+Two kinds of check on published runs, named as such: IN-SAMPLE (test_in_sample_*) on BLOOM, the
+source the deepspeed-2022 memory terms and the memory band (MEM_REL_ERROR) were built from, so
+they check that the model reproduces what it was fitted to, not that it predicts; HELD-OUT
+(test_held_out_*) on runs of sources the memory model never saw (torchtitan's measured peaks)."""
 
 from __future__ import annotations
 
@@ -154,7 +159,7 @@ def test_fp8_activations_in_an_estimate():
     assert (bf16.mem_activations_gb - fp8.mem_activations_gb) * GIB == pytest.approx(saved)
 
 
-# ---- the published BLOOM rows -------------------------------------------------------------------
+# ---- IN-SAMPLE: the published BLOOM rows (the source the deepspeed-2022 terms were built on) -----
 
 @pytest.fixture(scope="module")
 def bloom():
@@ -177,11 +182,21 @@ def _fits(run) -> tuple[bool, float]:
     ("200", ("202", "203")),
     ("201", ("202", "203", "199")),
 ])
-def test_bloom_oom_rows_do_not_fit_and_their_neighbours_do(bloom, oom, neighbours):
+def test_in_sample_bloom_oom_rows_do_not_fit_and_their_neighbours_do(bloom, oom, neighbours):
+    """In-sample: the point prediction puts each OOM row over the usable memory and its measured
+    neighbours under it. The band is honest about how close most of them are: 4 of these 5 OOM
+    rows are within 1 sigma of the capacity ("may not fit", only 158 "does not fit"), so on a
+    source the model had not been built on they would be a warning, not a refusal."""
+    from planner.costmodel import memory_status
+
     run = bloom[f"bloom_prequel:{oom}"]
     assert run.oom and run.job.software == "deepspeed-2022"
     fits, peak = _fits(run)
     assert not fits, f"row {oom} predicted to fit at {peak:.1f} GiB"
+    est = estimate(run.model, run.cluster, run.job, run.layout)
+    assert memory_status(est) != "fits"  # never called safe
+    if memory_status(est) != "does not fit":  # within the band: peak - capacity < 1 sigma
+        assert est.peak_mem_gb - est.mem_capacity_gb < memory.MEM_REL_ERROR * est.peak_mem_gb
     for row in neighbours:
         neighbour = bloom[f"bloom_prequel:{row}"]
         assert not neighbour.oom
@@ -189,15 +204,17 @@ def test_bloom_oom_rows_do_not_fit_and_their_neighbours_do(bloom, oom, neighbour
         assert fits, f"measured row {row} predicted not to fit at {peak:.1f} GiB"
 
 
-def test_every_measured_bloom_row_still_fits(bloom):
-    """No regression: all measured BLOOM rows (the fullest read 76-79 GB on nvidia-smi) fit."""
+def test_in_sample_every_measured_bloom_row_fits(bloom):
+    """In-sample, no regression: all measured BLOOM rows (the fullest read 76-79 GB on
+    nvidia-smi) fit."""
     measured = [r for r in bloom.values() if not r.oom and r.layout is not None]
     assert len(measured) >= 100
     over = [(r.run_id, round(_fits(r)[1], 1)) for r in measured if not _fits(r)[0]]
     assert not over
 
 
-# ---- runs that ran are not refused (issue 16 section 5) ----------------------------------------
+# ---- HELD-OUT: runs that ran are not refused (issue 16 section 5); a source the memory model
+# never saw --------------------------------------------------------------------------------------
 
 # torchtitan's Llama 3.1 8B FSDP runs with selective (op) activation checkpointing, seq 8192,
 # local batch 2 (benchmarks/llama3_h100_202412_torchtitan.md, pytorch/torchtitan commit b5bcd76,
@@ -207,7 +224,7 @@ TORCHTITAN_FSDP_SAC = [(8, (82.4, 77.0)), (128, (67.0, 62.0))]
 
 
 @pytest.mark.parametrize(("gpus", "measured"), TORCHTITAN_FSDP_SAC)
-def test_torchtitan_fsdp_runs_are_not_refused_on_their_gpu(gpus, measured):
+def test_held_out_torchtitan_fsdp_runs_are_not_refused_on_their_gpu(gpus, measured):
     from planner.costmodel import memory_status
     from planner.registry import load_model, parse_cluster
     from planner.specs import JobSpec

@@ -27,7 +27,7 @@ def _runs(stack: str, gpu: str, every: int = 1) -> tuple:
     return tuple(out[::every])
 
 
-def _median_err(preset, runs) -> tuple[float, float]:  # noqa: ANN001
+def _median_err(preset, runs) -> tuple[float, float]:
     layouts = [r.layout for r in runs]
     meas = np.array([r.measured_step_time_s for r in runs])
     err = predict_with(preset, list(runs), layouts) / meas - 1
