@@ -27,8 +27,7 @@ from planner.errors import PlannerError
 from planner.measured.runs import PUBLISHED_RUNS_CSV, load_table
 from planner.stacks import resolve_stack
 
-SWEEPS = [PUBLISHED_RUNS_CSV.parent / "sweeps" / "nanotron_sweep_dev.csv",
-          Path("/work/shared/calibration/sweeps/nanotron_sweep_dev.csv")]
+SWEEPS = [PUBLISHED_RUNS_CSV.parent / "sweeps" / "nanotron_sweep_dev.csv"]  # the project's copy
 DEVICE_SOURCES = ("bloom_prequel", "dlperf_megatron_v100")  # peak_mem_gb read by nvidia-smi
 RESERVED = re.compile(r"'Mem Res \(GB\)'=(\d+(?:\.\d+)?)")
 
