@@ -671,7 +671,8 @@ def flat_baseline(run: MeasuredRun, share: float = 0.5) -> float:
 
 
 def leave_one_source_out(runs: Sequence[MeasuredRun], predictor: Predictor,
-                         knobs: Sequence[str] = TUNE_KNOBS, log: Any = print) -> pd.DataFrame:
+                         knobs: Sequence[str] = TUNE_KNOBS, log: Any = print,
+                         stock_from: str = "tuned") -> pd.DataFrame:
     """The headline accuracy: each source predicted by a model that never saw it. For every
     source S: the stock profiles refitted (from their measured values, unfitted_profiles) on the
     tuning sources other than S, the stack presets refitted (fit_stack_by_class) on the other
@@ -679,7 +680,9 @@ def leave_one_source_out(runs: Sequence[MeasuredRun], predictor: Predictor,
     other stacks' mean factors, population_preset); then S's timed runs are predicted three
     ways: stock (the stack's recipe, stock factors), stack named (its preset without S), and
     the flat 50%-of-peak model. Layouts of rows that leave knobs open are the search's on the
-    committed profiles (one search per row; the open knobs barely move with the fit)."""
+    committed profiles (one search per row; the open knobs barely move with the fit).
+    `stock_from`: "tuned" fits the stock on TUNE_SOURCES (less S); "all" on every other source,
+    each source weighing alike (calibrate(per_source=True)): the middle of the software seen."""
     from planner.calibrate.fit import predict_step_times
     from planner.calibrate.stackfit import fit_stack_by_class, predict_with
     from planner.stacks import StackFactors, resolve_stack
@@ -690,7 +693,8 @@ def leave_one_source_out(runs: Sequence[MeasuredRun], predictor: Predictor,
     out = []
     for held in sources:
         t0 = time.perf_counter()
-        tune = [s for s in TUNE_SOURCES if s != held]
+        pool = TUNE_SOURCES if stock_from == "tuned" else sources
+        tune = [s for s in pool if s != held]
         profiles = dict(base)
         tuning = _timed_by_gpu([r for r, _ in pairs if r.source_id in tune])
         for name, group in tuning.items():
@@ -699,7 +703,7 @@ def leave_one_source_out(runs: Sequence[MeasuredRun], predictor: Predictor,
             own = {k.name for k in knobs_for(start)}
             names = [k for k in knobs if k in own][: max(1, len(group) // RUNS_PER_KNOB)]
             fit = calibrate(start, [r.with_gpu(start) for r in group], layouts=lays,
-                            names=names, cross_validate=False)
+                            names=names, cross_validate=False, per_source=stock_from == "all")
             profiles[name] = fit.profile
             for big, small in SIBLINGS:  # the chip's efficiencies serve a sibling without runs
                 sib = next((n for n in base if n.startswith(small)), None)
@@ -807,6 +811,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loso", action="store_true",
                         help="the headline: every source predicted by stock profiles and stack "
                         "presets refitted without it, beside a flat 50%%-of-peak model")
+    parser.add_argument("--stock-from", choices=("tuned", "all"), default="tuned",
+                        help="with --loso: fit the stock profiles on the tuning sources, or on "
+                        "every other source with each source weighing alike")
     parser.add_argument("--write-profiles", action="store_true",
                         help="set the fitted efficiency fields in hardware_profiles/*.yaml")
     ns = parser.parse_args(argv)
@@ -906,7 +913,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n== {title} ==\n{text}")
         md += [f"### {title}", "", "```", text, "```", ""]
     if ns.loso:
-        per_run = leave_one_source_out(runs, predictor)
+        per_run = leave_one_source_out(runs, predictor, stock_from=ns.stock_from)
         table = loso_table(per_run)
         title = ("leave one source out (headline): stock profiles and stack presets refitted "
                  "without the source; stock / stack named / flat 50% of peak, same rows")

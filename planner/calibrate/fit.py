@@ -135,10 +135,12 @@ def _frozen_out(knobs: list[Knob], u0: np.ndarray, base_pred: np.ndarray, runs, 
 def fit_values(profile: GpuProfile, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
                measured: np.ndarray, names: Sequence[str] | None = None,
                predict: Predictor = predict_step_times, start: dict[str, float] | None = None,
+               weights: np.ndarray | None = None,
                ) -> tuple[dict[str, float], list[str]]:
     """Fit the knobs to the runs; returns (all knob values, names of the fitted ones). `start`
     (e.g. the fit on all runs, for cross-validation) is where the search begins; the prior
-    still pulls toward the profile's own values."""
+    still pulls toward the profile's own values. `weights` (one per run, mean 1; default all 1)
+    scale each run's share of the loss, e.g. so that every source counts alike."""
     from scipy.optimize import least_squares
 
     knobs = [k for k in knobs_for(profile) if names is None or k.name in names]
@@ -156,13 +158,14 @@ def fit_values(profile: GpuProfile, runs: Sequence[MeasuredRun], layouts: Sequen
     act = [knobs[j] for j in active]
     ua0 = u0[active]
     log_meas = np.log(measured)
+    root_w = np.ones(len(log_meas)) if weights is None else np.sqrt(np.asarray(weights, float))
 
     def values_of(ua: np.ndarray) -> dict[str, float]:
         return {k.name: k.to_value(float(u)) for k, u in zip(act, ua, strict=True)}
 
     def residuals(ua: np.ndarray) -> np.ndarray:
         pred = predict(apply_values(profile, values_of(ua)), runs, layouts)
-        data = np.log(np.maximum(pred, 1e-12)) - log_meas
+        data = root_w * (np.log(np.maximum(pred, 1e-12)) - log_meas)
         return np.concatenate([data, PRIOR_WEIGHT * (ua - ua0)])
 
     x0 = ua0 if start is None else np.array([k.to_unit(start[k.name]) for k in act])
@@ -228,17 +231,28 @@ def timed_runs(profile: GpuProfile, runs: Sequence[MeasuredRun],
     return fit_runs, fit_layouts, measured, notes
 
 
+def source_weights(runs: Sequence[MeasuredRun]) -> np.ndarray:
+    """One weight per run, mean 1, such that every source_id's runs weigh the same in total:
+    a fit for software nobody named is the middle of the sources, not of the largest one."""
+    ids = [r.source_id for r in runs]
+    count = {s: ids.count(s) for s in set(ids)}
+    return np.array([len(ids) / (len(count) * count[s]) for s in ids])
+
+
 def calibrate(profile: GpuProfile, runs: Sequence[MeasuredRun], *,
               layouts: Sequence[Layout | None] | None = None, names: Sequence[str] | None = None,
               cross_validate: bool = True, max_loo: int = 40,
-              predict: Predictor = predict_step_times) -> FitResult:
+              predict: Predictor = predict_step_times, per_source: bool = False) -> FitResult:
     """Fit `profile` to the measured step times of `runs` (OOM labels and runs whose layout is
     unknown and unresolvable are left out, with a note). `layouts` (one per run) skips the search
-    for runs whose knobs are incomplete. Cross-validation refits without each held-out run (or
-    fold) and predicts it."""
+    for runs whose knobs are incomplete. `per_source`: every source_id weighs alike in the loss,
+    however many runs it has (source_weights). Cross-validation refits without each held-out
+    run (or fold) and predicts it."""
     fit_runs, fit_layouts, measured, notes = timed_runs(profile, runs, layouts)
     pred_before = predict(profile, fit_runs, fit_layouts)
-    values, fitted = fit_values(profile, fit_runs, fit_layouts, measured, names, predict)
+    weights = source_weights(fit_runs) if per_source else None
+    values, fitted = fit_values(profile, fit_runs, fit_layouts, measured, names, predict,
+                                weights=weights)
     new = apply_values(profile, values)
     pred_after = predict(new, fit_runs, fit_layouts)
     pred_cv, method = None, ""

@@ -201,3 +201,27 @@ def test_fitted_band_reaches_estimates():
                    layouts[0])
     assert est.step_time_low_s == pytest.approx(est.step_time_s * (1 - sigma))
     assert est.step_time_high_s == pytest.approx(est.step_time_s * (1 + sigma))
+
+
+def test_source_weights_make_every_source_weigh_alike():
+    """source_weights by hand: three runs of source a and one of b, mean 1, each source 2 in
+    total; a fit with per_source=True lands nearer the middle of two sources than the plain fit,
+    which follows the source with more runs."""
+    from planner.calibrate.fit import source_weights
+
+    one = SimpleNamespace(source_id="a")
+    other = SimpleNamespace(source_id="b")
+    assert source_weights([one, one, one, other]) == pytest.approx([2 / 3, 2 / 3, 2 / 3, 2.0])
+    base, runs, layouts = synthetic_runs(noise=0.0, hiddens=(1024, 2048, 4096), mbss=(1,))
+    truths = {"big": 0.7, "small": 0.9}  # source "big" has 8 runs, "small" 4
+    tagged = []
+    for i, (run, lay) in enumerate(zip(runs, layouts, strict=True)):
+        source = "big" if i < 8 else "small"
+        t = predict_step_times(apply_values(base, {"gemm_scale": truths[source]}), [run], [lay])
+        tagged.append(dataclasses.replace(run, source_id=source, measured_step_time_s=float(t[0])))
+    plain = calibrate(base, tagged, layouts=layouts, names=["gemm_scale"], cross_validate=False)
+    even = calibrate(base, tagged, layouts=layouts, names=["gemm_scale"], cross_validate=False,
+                     per_source=True)
+    middle = float(np.sqrt(0.7 * 0.9))
+    assert 0.7 < plain.values["gemm_scale"] < even.values["gemm_scale"] < 0.9
+    assert abs(even.values["gemm_scale"] - middle) < abs(plain.values["gemm_scale"] - middle)
