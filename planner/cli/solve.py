@@ -135,7 +135,7 @@ def solve_cmd(
             from planner.cli.solve_config import compare_config
 
             plans, comparison = compare_config(model_spec, cluster_spec, job, pins, inputs.pins,
-                                               top)
+                                               top, inputs.config.imported.stage_layers)
             tied_total = sum(p.tied_with_best for p in plans)
         else:
             result = search(model_spec, cluster_spec, job, pins, top_k=top,

@@ -14,7 +14,12 @@ from typing import Literal
 
 import numpy as np
 
-from planner.layout import stage_layer_counts, stage_layers  # noqa: F401 - the even rule, with Layout
+from planner.layout import (  # noqa: F401 - the even rule, with Layout
+    chunk_layers,
+    chunk_totals,
+    stage_layer_counts,
+    stage_layers,
+)
 from planner.specs import ModelSpec
 
 Schedule = Literal["1f1b", "gpipe"]
@@ -50,8 +55,11 @@ def split_layers(counts: Sequence[int]) -> list[list[int]]:
 
 def stage_counts(num_layers: int, pp: int, vpp: int = 1,
                  counts: Sequence[int] = ()) -> list[int]:
-    """Layers per pipeline stage of a plan: the explicit counts, or the even rule's
+    """Layers per pipeline stage of a plan: the explicit counts (per stage, or per virtual stage
+    when there are pp * vpp of them: each stage's chunks together), or the even rule's
     (stage_layers; with vpp > 1 each stage's chunks together)."""
+    if counts and vpp > 1 and len(counts) == pp * vpp:
+        return chunk_totals(counts, pp)
     if counts:
         return list(counts)
     return [len(s) for s in stage_layers(num_layers, pp, vpp)]
@@ -99,10 +107,17 @@ def _features(rows: list[tuple], prune: bool = True) -> StageFeatures:
 
 def stage_features(model: ModelSpec, pp: int, vpp: int,
                    counts: Sequence[int] = (), prune: bool = True) -> StageFeatures:
-    """Candidate (non-dominated) stages of the (pp, vpp) split, or of the explicit per-stage
-    layer counts (vpp 1), with their counts; every stage when not `prune` (stages on different
+    """Candidate (non-dominated) stages of the (pp, vpp) split, or of the explicit layer counts
+    (per stage, or per virtual stage when there are pp * vpp of them: Megatron's pipeline
+    layout, chunk c on stage c mod pp, the embedding on chunk 0 and the loss on the last, both
+    on their stages), with their counts; every stage when not `prune` (stages on different
     GPUs: a stage with fewer layers may still be the slowest)."""
-    layers = split_layers(counts) if counts else stage_layers(model.num_hidden_layers, pp, vpp)
+    if counts and vpp > 1 and len(counts) == pp * vpp:
+        layers = chunk_layers(counts, pp)
+    elif counts:
+        layers = split_layers(counts)
+    else:
+        layers = stage_layers(model.num_hidden_layers, pp, vpp)
     return _features([_stage_row(model, idx, pp, ls) for idx, ls in enumerate(layers)], prune)
 
 
@@ -238,11 +253,18 @@ def simulate(pp: int, vpp: int, m: int, fwd_s, bwd_s, send_s: float = 0.0,
              schedule: Schedule = "1f1b", blocking_sends: bool = True) -> list[Slot]:
     """Times schedule_order: each stage runs its passes in order, a pass starts when the stage
     is free and its input has arrived (the previous virtual stage's forward, the next one's
-    backward, send_s later). fwd_s / bwd_s are one chunk's pass times, one number or one per
-    stage; with blocking sends the sender is busy for send_s after each pass that sends (plain
-    1F1B, Megatron without overlap_p2p_comm)."""
-    fwd = [float(f) for f in np.broadcast_to(np.asarray(fwd_s, dtype=float), (pp,))]
-    bwd = [float(b) for b in np.broadcast_to(np.asarray(bwd_s, dtype=float), (pp,))]
+    backward, send_s later). fwd_s / bwd_s are one chunk's pass times: one number, one per
+    stage, or (vpp > 1) one per virtual stage, pp * vpp of them in layer order (chunk c on stage
+    c mod pp: an uneven pipeline layout's chunks); with blocking sends the sender is busy for
+    send_s after each pass that sends (plain 1F1B, Megatron without overlap_p2p_comm)."""
+
+    def per_virtual(x) -> list[float]:
+        a = np.asarray(x, dtype=float)
+        if a.ndim and a.size == pp * vpp and vpp > 1:
+            return [float(t) for t in a]
+        return [float(t) for t in np.tile(np.broadcast_to(a, (pp,)), vpp)]
+
+    fwd, bwd = per_virtual(fwd_s), per_virtual(bwd_s)
     order = schedule_order(pp, vpp, m, schedule)
     last_v = pp * vpp - 1
     done: dict[tuple[str, int, int], float] = {}  # (kind, mb, virtual stage) -> arrival time
@@ -264,7 +286,7 @@ def simulate(pp: int, vpp: int, m: int, fwd_s, bwd_s, send_s: float = 0.0,
                     break
                 ready = done[dep] if dep is not None else 0.0
                 start = max(free[s], ready)
-                end = start + (fwd[s] if op.kind == "F" else bwd[s])
+                end = start + (fwd[v] if op.kind == "F" else bwd[v])
                 sends = (op.kind == "F" and v < last_v) or (op.kind == "B" and v > 0)
                 hop = send_s if sends else 0.0
                 done[(op.kind, op.microbatch, v)] = end + hop if sends else end

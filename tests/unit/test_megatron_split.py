@@ -74,10 +74,15 @@ def test_uneven_layouts_read_as_stage_layers_or_refused():
     got = read(ARGS.format(L=80, pp=4) + "--decoder-first-pipeline-num-layers 17 "
                "--decoder-last-pipeline-num-layers 19")
     assert got.stage_layers == (17, 22, 22, 19)
-    # DeepSeek-V3's layout on pp 16 is 2 chunks a rank with 1, 2 x 30, 0 layers: not the even
-    # rule (1, 2 x 29, 1, 1), which is the only interleaved split the planner costs
-    with pytest.raises(SpecError, match=r"1,2x30,0 \(pp 16 x vpp 2\)"):
-        read(ARGS.format(L=61, pp=16) + "--pipeline-model-parallel-layout 'Et|(tt|)*30mL'")
+    # DeepSeek-V3's layout on pp 16 is 2 chunks a rank with 1, 2 x 30, 0 layers (not the even
+    # rule's 1, 2 x 29, 1, 1): read as layers per virtual stage, vpp = 32 chunks / pp 16
+    got = read(ARGS.format(L=61, pp=16) + "--pipeline-model-parallel-layout 'Et|(tt|)*30mL'")
+    assert got.stage_layers == (1,) + (2,) * 30 + (0,) and got.pins["vpp"] == 2
+    got = read(ARGS.format(L=61, pp=8) + "--pipeline-model-parallel-layout 'Et|(tt|)*30mL'")
+    assert got.stage_layers == (1,) + (2,) * 30 + (0,) and got.pins["vpp"] == 4
+    # a pipeline rank with no layer, no embedding and no loss: refused, naming the split
+    with pytest.raises(SpecError, match=r"1,0,59,1,0,0 \(pp 3 x vpp 2\)"):
+        read(ARGS.format(L=61, pp=3) + "--pipeline-model-parallel-layout 'Et||t*59|t||L'")
     with pytest.raises(SpecError, match="not a multiple"):
         read(ARGS.format(L=61, pp=3) + "--pipeline-model-parallel-layout 'Et|(tt|)*30mL'")
     with pytest.raises(SpecError, match="holds 61 decoder layers"):
