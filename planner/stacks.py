@@ -98,12 +98,11 @@ class StackFactors(BaseModel):
 
 
 def curve_is_borrowed(profile: GpuProfile) -> bool:
-    """Whether the profile's GEMM curve was measured on another chip (its source says "no <GPU>
-    GEMM sweep / measurement": V100 takes the A100's, GB300 the GB200's, L40S the A100's). A
-    stack factor fitted there absorbs the curve's error as well as the software's, so it is kept
-    for that GPU class only (StackPreset.gpu_factors) and does not travel to other GPUs."""
-    text = str((profile.sources or {}).get("gemm_efficiency", ""))
-    return bool(re.search(r"\bno \S+ GEMM (sweep|measurement)", text))
+    """Whether the profile's GEMM curve was measured on another chip (GpuProfile.gemm_curve_from:
+    V100 takes the A100's, GB300 the GB200's, L40S the A100's). A stack factor fitted there
+    absorbs the curve's error as well as the software's, so it is kept for that GPU class only
+    (StackPreset.gpu_factors) and does not travel to other GPUs."""
+    return profile.gemm_curve_from is not None
 
 
 class ErrorStats(BaseModel):
