@@ -87,7 +87,8 @@ def estimate_cmd(
     from planner import report
     from planner.costmodel.checks import layout_warnings, plan_warnings
 
-    for line in layout_warnings(cluster_spec, layout) + plan_warnings(cluster_spec, job, plan):
+    for line in (layout_warnings(cluster_spec, layout) + plan_warnings(cluster_spec, job, plan)
+                 + inputs.stack.unsupported(layout)):
         typer.echo(f"warning: {line}", err=True)
 
     if csv is not None:

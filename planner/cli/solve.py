@@ -149,7 +149,8 @@ def solve_cmd(
     from planner import report
     from planner.costmodel.checks import plan_warnings
 
-    for line in plan_warnings(cluster_spec, job, plans[0]) if plans else []:
+    for line in (plan_warnings(cluster_spec, job, plans[0]) + inputs.stack.unsupported(
+            plans[0].layout)) if plans else []:
         typer.echo(f"warning: {line}", err=True)
     if export is not None:
         from planner.cli.launcher_options import first_runnable

@@ -445,6 +445,15 @@ class JobSpec(BaseModel):
         ),
     )
 
+    layout_support: dict[str, list[int | bool | str]] = Field(
+        default_factory=dict,
+        description=(
+            "Layout knob values the training software can run (knob -> values; a knob absent: "
+            "any), from its stack preset (StackPreset.supports): the search leaves the other "
+            "values out unless a pin asks for one. nanotron: zero 0 or 1."
+        ),
+    )
+
     @property
     def tokens_per_step(self) -> int:
         return self.seq_len * self.global_batch
