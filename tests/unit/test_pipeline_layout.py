@@ -85,7 +85,7 @@ def test_virtual_split_is_costed_per_stage_total():
     (DSV3_PP8, 8, 4, (7,) + (8,) * 6 + (6,)),  # stage 0: 1+2+2+2, stage 7: 2+2+2+0
     (DSV3_PP16, 16, 2, (5,) + (4,) * 13 + (2, 2)),  # rank 14: 2 + MTP, rank 15: 2 + loss
 ])
-def test_deepseek_v3_layouts_are_expressible(text, pp, vpp, per_stage):
+def test_deepseek_v3_layouts_are_expressible(text, pp, vpp, per_stage, tmp_path):
     """DeepSeek-V3 (61 layers) on PP 8 x VPP 4 and PP 16 x VPP 2 with NVIDIA's layouts: read by
     `estimate --stage-layers`, costed per stage total, exported to Megatron-LM and
     Megatron-Bridge as the same layout, and read back to the same chunks."""
@@ -117,8 +117,14 @@ def test_deepseek_v3_layouts_are_expressible(text, pp, vpp, per_stage):
         else text_out
     back = read_args(parse_args_text(args), Imported("megatron", "x.sh"))
     assert back.stage_layers == chunks and back.pins["vpp"] == vpp and back.pins["pp"] == pp
-    bridge = export_plan("nemo", plan).text
-    assert "pipeline_model_parallel_layout: " in bridge and "|" in bridge
+    bridge = export_plan("nemo", plan)
+    assert "pipeline_model_parallel_layout: " in bridge.text and "|" in bridge.text
+    path = tmp_path / "bridge.yaml"  # Megatron-Bridge's ConfigContainer overrides
+    path.write_text(bridge.text)
+    from planner.launchers import read_config
+
+    again = read_config(path)
+    assert again.stage_layers == chunks and again.pins["vpp"] == vpp
 
 
 def test_layout_strings_follow_megatrons_rules():
