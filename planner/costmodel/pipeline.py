@@ -42,6 +42,11 @@ class StageFeatures:
     p_expert: np.ndarray  # routed-expert parameters on the stage (all EP x TP ranks together)
     max_layer_params: np.ndarray  # non-expert params of the stage's largest layer (ZeRO-3 unit)
     max_layer_experts: np.ndarray  # routed-expert params of its largest MoE layer
+    # multi-token-prediction modules on the stage (the last, as Megatron-Core places them
+    # without a layout: mtp_standalone off): each one more layer like the last (counted in
+    # n_dense / n_moe), a 2h -> h projection and norms (in p_dense) and one more pass through
+    # the shared LM head and loss (ModelSpec.mtp_params, mtp_flops_per_token)
+    mtp: np.ndarray
 
 
 def split_layers(counts: Sequence[int]) -> list[list[int]]:
@@ -67,7 +72,7 @@ def stage_counts(num_layers: int, pp: int, vpp: int = 1,
 
 def _stage_row(model: ModelSpec, idx: int, pp: int, layers: Sequence[int]) -> tuple:
     """(index, n_dense, n_moe, emb, head, p_dense, p_expert, max_layer_params,
-    max_layer_experts) of stage idx holding `layers` (StageFeatures' fields)."""
+    max_layer_experts, mtp) of stage idx holding `layers` (StageFeatures' fields)."""
     expert_params = model.num_experts * model.mlp_params(model.expert_ffn) if model.is_moe else 0
     moe_flags = [model.is_moe_layer(i) for i in layers]
     n_moe = sum(moe_flags)
@@ -89,8 +94,15 @@ def _stage_row(model: ModelSpec, idx: int, pp: int, layers: Sequence[int]) -> tu
         tied_copy = model.tie_word_embeddings and pp > 1
         p_dense += model.lm_head_params + model.final_norm_params
         p_dense += model.vocab_size * model.hidden_size if tied_copy else 0
-    return (idx, n_dense, n_moe, emb, head, p_dense, n_moe * expert_params, max_layer,
-            max_experts)
+    mtp = model.num_nextn_predict_layers if head else 0
+    p_expert = n_moe * expert_params
+    if mtp:
+        last = model.num_hidden_layers - 1
+        experts = expert_params if model.is_moe_layer(last) else 0
+        n_moe, n_dense = (n_moe + mtp, n_dense) if experts else (n_moe, n_dense + mtp)
+        p_dense += model.mtp_params - mtp * experts
+        p_expert += mtp * experts
+    return (idx, n_dense, n_moe, emb, head, p_dense, p_expert, max_layer, max_experts, mtp)
 
 
 def _features(rows: list[tuple], prune: bool = True) -> StageFeatures:
@@ -139,7 +151,7 @@ def count_features(model: ModelSpec, pp: int, max_layers: int) -> StageFeatures:
         one = np.array(_stage_row(model, i, pp, [0]), dtype=float)
         two = np.array(_stage_row(model, i, pp, [0, 1]), dtype=float) if max_layers > 1 else one
         step = two - one
-        step[[0, 3, 4, 7, 8]] = 0.0  # index, emb, head, largest layer / experts: fixed
+        step[[0, 3, 4, 7, 8, 9]] = 0.0  # index, emb, head, largest layer / experts, MTP: fixed
         rows.extend(one + (n - 1) * step for n in range(1, max_layers + 1))
     cols = np.array(rows).T
     return StageFeatures(*cols)

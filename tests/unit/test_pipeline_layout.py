@@ -176,3 +176,35 @@ def test_solve_with_a_pinned_layout_string():
     assert plans and all(p["vpp"] == 4 and p["stage_layers"] == [1] + [2] * 30 + [0]
                          for p in plans)
     np.testing.assert_array_less(0, [p["step_time_s"] for p in plans])
+
+
+def test_mtp_module_costs_one_layer_and_one_head_pass_on_the_last_stage():
+    """DeepSeek-V3's MTP module (num_nextn_predict_layers 1) sits on the last stage: one more MoE
+    layer like the last and one more pass through the LM head. Its time is the time of the same
+    stage holding one more MoE layer and counting the head twice on the model without MTP (a
+    second construction of the same terms); its parameters are ModelSpec.mtp_params."""
+    from planner.costmodel.batch import stage_costs
+
+    with_mtp = load_model("deepseek-v3")
+    without = with_mtp.model_copy(update={"num_nextn_predict_layers": 0})
+    cluster, job = parse_cluster("1024xH100"), JobSpec(seq_len=4096, global_batch=8192)
+    chunks = (1,) + (2,) * 30 + (0,)
+    f = pipeline.stage_features(with_mtp, 8, 4, chunks, prune=False)
+    g = pipeline.stage_features(without, 8, 4, chunks, prune=False)
+    assert f.mtp.tolist() == [0] * 7 + [1]
+    assert f.n_moe[-1] == g.n_moe[-1] + 1 and f.n_dense[-1] == g.n_dense[-1]
+    expert = with_mtp.num_experts * with_mtp.mlp_params(with_mtp.expert_ffn)
+    assert f.p_expert[-1] - g.p_expert[-1] == expert
+    assert f.p_dense[-1] - g.p_dense[-1] == with_mtp.mtp_params - expert
+    assert f.p_dense[:-1].tolist() == g.p_dense[:-1].tolist()
+    layout = Layout(tp=2, pp=8, dp=64, ep=64, etp=1, vpp=4, sp=True, zero=1, recompute="full",
+                    stage_layers=chunks)
+    twin = pipeline.StageFeatures(**{**{k: getattr(g, k)[-1:] for k in g.__dataclass_fields__},
+                                     "n_moe": g.n_moe[-1:] + 1, "head": np.array([2.0])})
+    t_mtp, _ = stage_costs(with_mtp, cluster, job, [layout], pipeline.StageFeatures(
+        **{k: getattr(f, k)[-1:] for k in f.__dataclass_fields__}))
+    t_twin, _ = stage_costs(without, cluster, job, [layout], twin)
+    assert t_mtp[0, 0] == pytest.approx(t_twin[0, 0], rel=1e-12)
+    t_plain, _ = stage_costs(without, cluster, job, [layout], pipeline.StageFeatures(
+        **{k: getattr(g, k)[-1:] for k in g.__dataclass_fields__}))
+    assert t_mtp[0, 0] > t_plain[0, 0]
