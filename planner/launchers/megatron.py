@@ -440,8 +440,13 @@ def read_split(args: dict[str, Any], shape: dict[str, Any], pins: dict[str, Any]
                             f"{layers}")
         layers = shape["num_hidden_layers"] = sum(counts)
         pins["vpp"] = len(parsed) // pp
-        if "m" in str(text):
-            imported.notes.append("the pipeline layout's MTP layers (m) are not modelled")
+        from planner.layout import parse_pipeline_layout
+
+        where_mtp = [i for i, c in enumerate(parse_pipeline_layout(str(text))) if c[2]]
+        if where_mtp and where_mtp[0] != len(parsed) - 1:
+            imported.notes.append(
+                f"the pipeline layout's MTP layers (m) sit on virtual stage {where_mtp[0]}; the "
+                "planner costs them with the loss on the last (Megatron-Core's default)")
     elif pp > 1 and layers and (first is not None or last is not None):
         inner = pp - (first is not None) - (last is not None)
         rest = layers - (first or 0) - (last or 0)

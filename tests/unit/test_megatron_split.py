@@ -80,6 +80,10 @@ def test_uneven_layouts_read_as_stage_layers_or_refused():
     assert got.stage_layers == (1,) + (2,) * 30 + (0,) and got.pins["vpp"] == 2
     got = read(ARGS.format(L=61, pp=8) + "--pipeline-model-parallel-layout 'Et|(tt|)*30mL'")
     assert got.stage_layers == (1,) + (2,) * 30 + (0,) and got.pins["vpp"] == 4
+    assert not got.notes  # MTP with the loss: where the planner costs it
+    got = read(ARGS.format(L=61, pp=16) + "--pipeline-model-parallel-layout 'Et*3|(tt|)*29,m|L'")
+    assert got.stage_layers == (3,) + (2,) * 29 + (0, 0)
+    assert any("virtual stage 30" in n for n in got.notes)  # MTP on rank 14: said
     # a pipeline rank with no layer, no embedding and no loss: refused, naming the split
     with pytest.raises(SpecError, match=r"1,0,59,1,0,0 \(pp 3 x vpp 2\)"):
         read(ARGS.format(L=61, pp=3) + "--pipeline-model-parallel-layout 'Et||t*59|t||L'")
