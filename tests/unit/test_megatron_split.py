@@ -122,3 +122,34 @@ def test_estimate_config_costs_the_configs_own_split(tmp_path):
                                       "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["stage_layers"] == [18, 22, 21, 19]
+
+
+def test_solve_config_ranks_the_configs_own_split(tmp_path):
+    """`solve --config` compares the config's layout with its own layers per stage (here NVIDIA's
+    uneven layout on 4 stages): the config's step time is `estimate --config`'s, not the even
+    rule's."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    script = tmp_path / "train.sh"
+    script.write_text("torchrun --nproc_per_node 8 --nnodes 8 pretrain_gpt.py " + ARGS.format(
+        L=80, pp=4).replace("--hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
+                            "--max-position-embeddings 4096",
+                            "--hidden-size 8192 --num-attention-heads 64 --seq-length 8192 "
+                            "--max-position-embeddings 8192 --ffn-hidden-size 28672 "
+                            "--group-query-attention --num-query-groups 8 --swiglu "
+                            "--normalization RMSNorm --position-embedding-type rope "
+                            "--untie-embeddings-and-output-weights --disable-bias-linear "
+                            "--vocab-size 128256 --global-batch-size 256")
+                        + "--pipeline-model-parallel-layout 'Et*18|t*22|t*21|t*19L'")
+    runner = CliRunner()
+    est = runner.invoke(app, ["estimate", "--config", str(script), "--cluster", "H100", "--json"])
+    sol = runner.invoke(app, ["solve", "--config", str(script), "--cluster", "H100", "--top", "1",
+                              "--json"])
+    assert est.exit_code == 0 and sol.exit_code == 0, est.output + sol.output
+    config = json.loads(sol.stdout)["config"]
+    assert config["layout"]["stage_layers"] == [18, 22, 21, 19]
+    assert config["step_time_s"] == json.loads(est.stdout)["step_time_s"]
