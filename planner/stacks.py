@@ -183,7 +183,7 @@ class StackPreset(BaseModel):
         no text)."""
         out = self.recipe.job_fields()
         if self.supports:
-            out["layout_support"] = {k: list(v) for k, v in self.supports.items()}
+            out["layout_support"] = tuple((k, tuple(v)) for k, v in self.supports.items())
         for rule in self.text_rules:
             hay = (notes if rule.where == "notes" else text) or ""
             flags = 0 if rule.case_sensitive else re.IGNORECASE

@@ -55,7 +55,7 @@ def enumerate_layouts(
     domains = knob_domains(model, cluster, job, pins, tp_across_nodes)
     structures = StructureModel(model, cluster, job, domains, config, pins).enumerate()
     knobs = expand_structures(structures, pins, checks.offload_allowed(cluster), model.is_moe)
-    return supported_rows(knobs, job.layout_support, pins)
+    return supported_rows(knobs, dict(job.layout_support), pins)
 
 
 def supported_rows(knobs: dict[str, Any], support: Mapping[str, Sequence[Any]],

@@ -445,12 +445,13 @@ class JobSpec(BaseModel):
         ),
     )
 
-    layout_support: dict[str, list[int | bool | str]] = Field(
-        default_factory=dict,
+    layout_support: tuple[tuple[str, tuple[int | bool | str, ...]], ...] = Field(
+        default=(),
         description=(
-            "Layout knob values the training software can run (knob -> values; a knob absent: "
-            "any), from its stack preset (StackPreset.supports): the search leaves the other "
-            "values out unless a pin asks for one. nanotron: zero 0 or 1."
+            "Layout knob values the training software can run ((knob, values) pairs; a knob "
+            "absent: any; pairs keep the spec hashable), from its stack preset "
+            "(StackPreset.supports): the search leaves the other values out unless a pin asks "
+            "for one. nanotron: (('zero', (0, 1)),)."
         ),
     )
 
