@@ -215,7 +215,10 @@ def _stage_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs
     over the stages is the time of one extra column holding the whole model."""
     gpu, kind, s = cluster.gpu, job.attention, job.seq_len
     n_moe = sum(model.is_moe_layer(i) for i in range(model.num_hidden_layers))
-    whole = {"n_dense": model.num_hidden_layers - n_moe, "n_moe": n_moe, "emb": 1, "head": 1}
+    mtp = model.num_nextn_predict_layers  # MTP modules: layers like the last (pipeline)
+    last_moe = mtp * model.is_moe_layer(model.num_hidden_layers - 1)
+    whole = {"n_dense": model.num_hidden_layers - n_moe + mtp - last_moe,
+             "n_moe": n_moe + last_moe, "emb": 1, "head": 1, "mtp": mtp}
     st = {k: np.concatenate([v, np.full((v.shape[0], 1), whole.get(k, 0), dtype=float)],
                             axis=1) for k, v in st.items()}
     keys, flash, prec = s / x.cp, kind != "unfused", job.precision
