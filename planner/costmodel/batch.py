@@ -187,7 +187,9 @@ class _Knobs:
         return cls(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=lo["vpp"].astype(float),
                    mbs=mbs, zero=lo["zero"], rc=lo["recompute"], sp=lo["sp"], m=m,
                    tokens=mbs * job.seq_len / cp,
-                   load=moe.load_factor(model, ep, job.moe_capacity_factor))
+                   load=moe.load_factor(model, ep, job.moe_capacity_factor, job.moe_routing,
+                                        copies=mbs * job.seq_len / cp
+                                        * model.num_experts_per_tok / tp))
 
 
 @dataclass(frozen=True)
@@ -243,6 +245,8 @@ def _stage_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs
     ep_buffer = moe.dispatch_buffer_bytes(model, disp, x.tokens, x.tp, x.sp, x.ep, x.etp, x.load)
     ep_mb = moe.ep_stage_time(cluster, model, disp, st["n_moe"], x.tokens, x.tp, x.sp, x.ep,
                               x.etp, x.load, x.rc)
+    if job.moe_ep_overlap:
+        ep_mb = moe.overlapped_ep_time(ep_mb, comp.total)
     whole_mb = (comp.total + tp_mb + cp_mb + ep_mb)[:, -1]
     comp = compute.StageCompute(*(getattr(comp, f)[:, :-1]
                                   for f in compute.StageCompute.__dataclass_fields__))
