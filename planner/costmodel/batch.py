@@ -403,6 +403,9 @@ def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _
         hbm = at(np.array([cl.gpu.memory_gib for cl in pools])[pool], peak_stage)
         rel = np.array([cl.gpu.step_time_band for cl in pools])[at(pool, slow)]
     step = time_compute + time_tp + time_cp + time_ep + bubble + time_pp_comm + time_dp + time_opt
+    # a trained router's load is known only to a range (moe.load_band_seconds)
+    load_minus, load_plus = moe.load_band_seconds(model, job.moe_routing, job.moe_capacity_factor,
+                                                  x.load, time_ep)
     n_gpus = x.tp * x.pp * x.dp * x.cp
     tokens_step = float(s * batch)
     model_flops = compute.model_flops_per_step(model, s, batch)
@@ -442,8 +445,8 @@ def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _
         "mem_optimizer_gb": mem_at_peak(lambda t, mem: mem.state.optimizer),
         "mem_activations_gb": mem_at_peak(lambda t, mem: mem.activations),
         "mem_other_gb": mem_at_peak(lambda t, mem: mem.other),
-        "step_time_low_s": step * (1 - rel),
-        "step_time_high_s": step * (1 + rel),
+        "step_time_low_s": step * (1 - rel) - load_minus,
+        "step_time_high_s": step * (1 + rel) + load_plus,
         "device_mem_gb": memory.device_memory_gib(
             peak_mem, mem_at_peak(lambda t, mem: mem.activations), hbm,
             x.tp, x.pp, x.dp, x.cp, x.ep),

@@ -77,7 +77,7 @@ def load_factor(model: ModelSpec, ep, capacity_factor: float | None,
     Trained routers (aux_loss, loss_free): 1 + MaxVio / sqrt(E/ep). With one expert per rank
     (E/ep = 1) this is the paper's per-expert MaxVio itself; that a rank's E/ep experts average
     their excesses as independent draws is this model's assumption (no source measures a
-    rank's load), which is why the band (load_band) runs from 1 to 1 + MaxVio_high.
+    rank's load), which is why the step-time band (load_band_seconds) spans 1 to 1 + MaxVio_high.
     force_balanced (Megatron-Core moe_router_force_load_balancing, NeMo AutoModel's
     fake_balanced_gate: random logits, as every vendor benchmark routes): each of the ep x
     (T/tp) tokens of the group picks k of the E experts uniformly, so a rank's count is a sum of
@@ -103,14 +103,24 @@ def load_factor(model: ModelSpec, ep, capacity_factor: float | None,
     return imbalance if capacity_factor is None else np.minimum(imbalance, capacity_factor)
 
 
-def load_band(model: ModelSpec, ep, routing: str = "aux_loss"):
-    """(low, high) of the trained router's load factor (no capacity factor): 1 (a rank's
-    experts offset each other) to 1 + MaxVio_high (one expert's excess on the whole rank, the
-    smaller model's MaxVio). Both 1 for dense models and force-balanced routing."""
-    ep = np.asarray(ep, dtype=float)
-    if not model.is_moe:
-        return np.ones_like(ep), np.ones_like(ep)
-    return np.ones_like(ep), 1.0 + EXPERT_MAX_VIOLATION_HIGH[routing] * np.ones_like(ep)
+def load_band_seconds(model: ModelSpec, routing: str, capacity_factor: float | None, load,
+                      time_ep):
+    """(minus, plus) seconds the router's load widens the step-time band by: the EP time is
+    linear in the most loaded rank's load, which for a trained router lies anywhere from 1
+    (a rank's experts offset each other) to 1 + EXPERT_MAX_VIOLATION_HIGH (one expert's
+    excess on the whole rank, the smaller model's MaxVio), capped by a capacity factor; the
+    central `load` is load_factor's. 0 for dense models and force-balanced routing. The
+    expert GEMMs follow the same load and are not in this widening (a lower bound on it)."""
+    time_ep = np.asarray(time_ep, dtype=float)
+    if not model.is_moe or routing == "force_balanced":
+        return np.zeros_like(time_ep), np.zeros_like(time_ep)
+    load = np.asarray(load, dtype=float)
+    high = 1.0 + EXPERT_MAX_VIOLATION_HIGH[routing]
+    if capacity_factor is not None:
+        high = min(high, capacity_factor)
+    minus = time_ep * (1.0 - np.minimum(1.0, load) / load)
+    plus = time_ep * np.maximum(high / load - 1.0, 0.0)
+    return minus, plus
 
 
 # The dispatchers take the MoE layer's input sequence-parallel, T / tp tokens per rank:

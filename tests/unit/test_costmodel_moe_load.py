@@ -33,8 +33,6 @@ def test_trained_router_values_are_the_papers():
     # 16 experts per rank (ep 8): 1 + 0.52 / 4 (the independence assumption)
     assert float(moe.load_factor(QWEN, 8, None)) == pytest.approx(1.13)
     assert float(moe.load_factor(QWEN, 8, None, "loss_free")) == pytest.approx(1.01)
-    low, high = moe.load_band(QWEN, np.array([8.0]))
-    assert float(low[0]) == 1.0 and float(high[0]) == pytest.approx(1.72)
 
 
 def test_force_balanced_load_by_hand():
@@ -94,3 +92,30 @@ def test_ep_overlap_hides_the_all_to_all_behind_compute():
         assert over.step_time_s == pytest.approx(
             plain.step_time_s - plain.time_ep_comm_s + left, rel=1e-9)
     assert left > 0  # the slow link leaves some exposed
+
+
+def test_band_widens_by_the_load_range():
+    """A trained router's rank load lies in [1, 1 + 0.72] (module doc); the EP time is linear
+    in it. ep 8 on 8 experts (one per rank): central 1.52, so the band reaches 1/1.52 of the
+    EP time below and 1.72/1.52 above; force-balanced routing and dense models add nothing;
+    a capacity factor of 1.25 caps the high end below the central dropless value."""
+    from costmodel_fixtures import cluster, flat_gpu, job
+    from test_costmodel_moe_folding import MOE
+
+    from planner.costmodel import estimate
+    from planner.layout import Layout
+
+    lo = Layout(tp=1, pp=1, dp=8, ep=8, mbs=1, zero=1, recompute="none")
+    gpu = flat_gpu(intra_gb=100.0, inter_gb=10.0, memory_gib=1000)
+    est = estimate(MOE, cluster(gpu, 8), job(MOE), lo)
+    rel = gpu.step_time_band
+    ep = est.time_ep_comm_s
+    assert est.step_time_high_s == pytest.approx(
+        est.step_time_s * (1 + rel) + ep * (1.72 / 1.52 - 1), rel=1e-9)
+    assert est.step_time_low_s == pytest.approx(
+        est.step_time_s * (1 - rel) - ep * (1 - 1 / 1.52), rel=1e-9)
+    forced = estimate(MOE, cluster(gpu, 8), job(MOE, moe_routing="force_balanced"), lo)
+    assert forced.step_time_high_s == pytest.approx(forced.step_time_s * (1 + rel), rel=1e-12)
+    minus, plus = moe.load_band_seconds(MOE, "aux_loss", 1.25, np.array([1.25]),
+                                        np.array([2.0]))
+    assert float(plus[0]) == 0.0 and float(minus[0]) == pytest.approx(2.0 * (1 - 1 / 1.25))

@@ -246,12 +246,10 @@ def test_moe_rows_carry_the_recipe_their_notes_state(table):
     overlaps the EP communication with HybridEP (v0.5.0's QWEN3_235B_A22B_PRETRAIN_CONFIG_
     GB300_FP8_MX_V2); 26.04's (26.04-alpha branch) runs HybridEP without the overlap; dgxc's
     routing is not stated (a trained router's default)."""
-    from planner.measured.runs import moe_recipe_of
-    from planner.specs import JobSpec
-
     import pandas as pd
 
-    from planner.measured.runs import PUBLISHED_RUNS_CSV
+    from planner.measured.runs import PUBLISHED_RUNS_CSV, moe_recipe_of
+    from planner.specs import JobSpec
 
     runs, _ = table
     by_id = {r.run_id: r for r in runs.values()}
