@@ -573,12 +573,13 @@ def few_shot(runs: Sequence[MeasuredRun], predictor: Predictor, k: int,
 
 
 def moe_report(runs: Sequence[MeasuredRun], predictor: Predictor) -> pd.DataFrame:
-    """Step-time error of the MoE runs (model.is_moe), per source and model, four ways:
+    """Step-time error of the MoE runs (model.is_moe), per source and model, five ways:
     out of the box (stock profiles, the stack's recipe, no factors); the stack named as fitted
     by --stacks on the dense runs (software_stacks/*.yaml: no MoE run in its fit, so every MoE
     row is out of sample); and refitted on MoE runs, each model predicted from a fit on the
     other MoE models; and each source predicted from a fit on the other sources' MoE rows
-    (moe_src: fitted on some sources, checked on another)."""
+    (moe_src: fitted on some sources, checked on another); and the other sources from a fit on
+    the largest MoE source alone (moe_big)."""
     from planner.calibrate.stackfit import fit_stack_factors, predict_with
     from planner.stacks import StackFactors, resolve_stack
 
@@ -605,10 +606,22 @@ def moe_report(runs: Sequence[MeasuredRun], predictor: Predictor) -> pd.DataFram
                 idx = np.flatnonzero(held)
                 oos[key][idx] = predict_with(part, [srs[i] for i in idx],
                                              [lays[i] for i in idx]) / meas[idx] - 1
+        # the largest MoE source alone fitted, the others checked (fit on one, report on others)
+        sources = np.array([r.source_id for r in srs])
+        big = max(sorted(set(sources)), key=lambda src: int((sources == src).sum()))
+        oos["moe_big"] = np.full(len(srs), np.nan)
+        if (sources == big).sum() >= 2 and (sources != big).any():
+            part = fit_stack_factors(stock, [r for r, t in zip(srs, sources == big, strict=True)
+                                             if t],
+                                     [x for x, t in zip(lays, sources == big, strict=True) if t])
+            idx = np.flatnonzero(sources != big)
+            oos["moe_big"][idx] = predict_with(part, [srs[i] for i in idx],
+                                               [lays[i] for i in idx]) / meas[idx] - 1
         for i, r in enumerate(srs):
             rows.append({"stack": name, "source": r.source_id, "model": r.model.name,
                          "gpu": r.cluster.gpu.name, "box": box[i], "named": named[i],
-                         "moe_oos": oos["moe_oos"][i], "moe_src": oos["moe_src"][i]})
+                         "moe_oos": oos["moe_oos"][i], "moe_src": oos["moe_src"][i],
+                         "moe_big": oos["moe_big"][i]})
     return pd.DataFrame(rows)
 
 
@@ -619,7 +632,8 @@ def _moe_summary(frame: pd.DataFrame) -> pd.DataFrame:
         out: dict[str, Any] = {"timed": len(g)}
         for col, label in (("box", "out of the box"), ("named", "stack (dense fit)"),
                            ("moe_oos", "MoE fit, model out"),
-                           ("moe_src", "MoE fit, source out")):
+                           ("moe_src", "MoE fit, source out"),
+                           ("moe_big", "MoE fit on largest source")):
             a = g[col].dropna()
             out[label] = (f"{np.median(np.abs(a)):.1%} / {np.quantile(np.abs(a), 0.9):.1%} "
                           f"({np.median(a):+.0%})") if len(a) else "-"
