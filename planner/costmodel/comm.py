@@ -360,9 +360,11 @@ def zero3_exposed_floor(t_unit, units, m, forward_s, recompute_s, backward_s):
     """Seconds per step of ZeRO-3 / FSDP traffic that no overlap can hide, with one unit
     prefetched (in flight) at a time, `units` equal units per stage and `m` micro-batches.
 
-    Forward: unit i+1's all-gather runs beside unit i's forward (FSDP2's implicit forward
-    prefetch; DeepSpeed ZeRO-3's prefetch of the next module), so the first unit's gather waits
-    in full and every later one waits for what it exceeds its predecessor's forward by.
+    Forward: unit i+1's all-gather runs beside unit i's forward (FSDP's implicit forward
+    prefetch on its own stream: "the 1st all-gather will not be able to overlap with anything",
+    PyTorch docs notes/fsdp.rst "FSDP Prefetch Nuances"; DeepSpeed ZeRO-3 prefetches the next
+    module), so the first unit's gather waits in full and every later one waits for what it
+    exceeds its predecessor's forward by.
     Backward: the gathers are redone (reshard_after_forward, FSDP2's default and DeepSpeed
     ZeRO-3's release of gathered params) and each unit's gather of the next unit and the
     reduce-scatter of the previous unit's gradients share the network beside its backward (and
@@ -371,8 +373,11 @@ def zero3_exposed_floor(t_unit, units, m, forward_s, recompute_s, backward_s):
     torchtitan keeps the last block gathered after forward (reshard_after_forward False for it,
     torchtitan llama3 parallelize.apply_fsdp), and the others prefetch it at the end of forward.
     All of it repeats per micro-batch: FSDP2 and DeepSpeed ZeRO-3 gather and reduce-scatter on
-    every micro-batch under gradient accumulation (FSDP2's no_sync equivalent,
-    set_requires_gradient_sync(False), keeps unsharded gradients and is not the default)."""
+    every micro-batch under gradient accumulation (FSDP2 "offers (1) [reduce-scatter per
+    microbatch] without any intervention", set_requires_gradient_sync(False) keeps unsharded
+    gradients instead: pytorch/pytorch PR #126166); Megatron-FSDP (optim_grads_params)
+    likewise, with overlap_grad_reduce / overlap_param_gather (Megatron-Core
+    DistributedDataParallelConfig)."""
     units = np.maximum(units, 1.0)
     fwd_u = np.asarray(forward_s) / units
     bwd_u = (np.asarray(backward_s) + np.asarray(recompute_s)) / units
