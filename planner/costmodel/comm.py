@@ -95,8 +95,8 @@ class Group:
         self._intra_lat = gpu.intra_node.latency_us * US
         self._inter_lat = gpu.inter_node.latency_us * US
         self._latency_cache: dict[int, np.ndarray] = {}
-        # rings across k > 2 domains on a fabric that slows them (LinkProfile field; 0: none)
-        slow = gpu.inter_node.ring_slowdown_per_domain
+        # rings across k > 2 domains on a fabric that slows them (LinkProfile field; None: none)
+        slow = gpu.inter_node.ring_slowdown_per_domain or 0.0
         self.ring_slowdown = 1.0 + slow * np.maximum(self.domains - 2.0, 0.0)
 
     def latency(self, steps_per_rank: int):

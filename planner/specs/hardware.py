@@ -85,12 +85,12 @@ class LinkProfile(BaseModel):
         "/ NVLS, the other collectives not); None: the all-reduce curve serves them all."
     )
 
-    ring_slowdown_per_domain: float = Field(
-        default=0.0, ge=0.0,
+    ring_slowdown_per_domain: float | None = Field(
+        default=None, ge=0.0,
         description="Ring collectives that span k > 2 scale-up domains (inter-node tier only) run "
         "at this link's busbw / (1 + x (k - 2)): a fabric whose rings lose bandwidth with the "
         "nodes they cross (measured by the ring all-gather / reduce-scatter busbw at several "
-        "node counts; NCCL's trees are not affected). 0: the curve holds at any k."
+        "node counts; NCCL's trees are not affected). None: the curve holds at any k."
     )
 
     def busbw_bytes_per_s(self, message_bytes, gather: bool = False):
