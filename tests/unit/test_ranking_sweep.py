@@ -51,7 +51,7 @@ def test_ranking_floor(sweep_groups) -> None:
     64.4%). With the ZeRO-1 parameter all-gather hidden behind the next forward (Megatron's
     overlap_param_gather, the default recipe) the mean regret is 64.0%, above the floor."""
     pairwise, regret = _by_time(sweep_groups)
-    assert pairwise >= 0.84
-    assert regret <= 0.62
+    assert pairwise >= 0.87  # 87.1% with nanotron's cost-balanced stage split (84.4% before)
+    assert regret <= 0.61  # 60.3%
     _, hidden = _by_time(sweep_groups, param_gather_overlap=True)
     assert hidden > 0.62
