@@ -263,6 +263,7 @@ class StackPreset(BaseModel):
             "fitted": self.fitted,
             "provenance": self.provenance.model_dump(),
             "supports": {k: list(v) for k, v in self.supports.items()},
+            "stage_split": self.stage_split,
         }
 
 

@@ -70,3 +70,10 @@ def test_other_stacks_keep_the_even_rule(framework):
     from planner.stacks import resolve_stack
 
     assert resolve_stack(framework).stage_split == "even"
+
+
+def test_stacks_json_names_the_split():
+    from planner.stacks import resolve_stack
+
+    assert resolve_stack("nanotron").summary()["stage_split"] == "nanotron"
+    assert list(resolve_stack("megatron-core").summary())[-1] == "stage_split"  # at the end
