@@ -86,6 +86,12 @@ def closed_loop_coverage(groups: list[Any], k: int) -> dict[str, Any]:
             continue
         rows.append({"source": g.source, "n": len(g.layouts) - k, **out})
     frame = pd.DataFrame(rows)
+    out = _loop_stats(frame)
+    out["by_source"] = {src: _loop_stats(g) for src, g in frame.groupby("source")}
+    return out
+
+
+def _loop_stats(frame: pd.DataFrame) -> dict[str, Any]:
     n = frame["n"].to_numpy()
     return {"groups": len(frame), "predicted_layouts": int(n.sum()),
             "band_before_median": round(float(frame["rest_band_before"].median()), 4),
