@@ -556,7 +556,7 @@ def few_shot(runs: Sequence[MeasuredRun], predictor: Predictor, k: int,
         after = pred / meas - 1
         inside = np.abs(np.log(meas / pred)) <= sigma
         # the band the plans carry after `solve --calibrate`: predicted x (1 -+ the profile's
-        # step_time_rel_error), planner.measured.bands.coverage's definition
+        # step_time_rel_error), planner.data.bands.coverage's definition
         rel = float(fit.profile.step_time_rel_error)
         for i, run in enumerate(truns):
             per_run.append({"source": source, "stack": name, "gpu": gpu, "run": run.run_id,

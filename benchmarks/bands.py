@@ -7,7 +7,7 @@ residuals it was computed from (planner/data/step_time_band_residuals.csv).
     python benchmarks/bands.py --few-shot 0        # skip the calibrated-band check
     python benchmarks/bands.py --dry-run           # print, write nothing
 
-Two bands, one home each (planner.measured.bands, whose width / coverage definitions this uses):
+Two bands, one home each (planner.data.bands, whose width / coverage definitions this uses):
 
 - ranking band: every group of >= 3 measured layouts of one job (the published groups and the
   sweeps of planner/data/sweeps, as benchmarks/ranking.py builds them), each layout predicted on
@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import accuracy  # noqa: E402
 import ranking  # noqa: E402
 
+from planner.data import bands  # noqa: E402
 from planner.errors import PlannerError, SpecError  # noqa: E402
-from planner.measured import bands  # noqa: E402
 from planner.measured.runs import PUBLISHED_RUNS_CSV, load_table  # noqa: E402
 from planner.registry import load_gpu  # noqa: E402
 
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             "commit": git_commit(),
             "definition": "residual = measured / predicted step time; width = the 1-sigma "
                           "quantile (68.27%) of |residual - 1| at its upper 84% confidence "
-                          "bound (planner.measured.bands.width); a plan's band is predicted x "
+                          "bound (planner.data.bands.width); a plan's band is predicted x "
                           "(1 -+ width)",
             "ranking_from": "every group of >= 3 measured layouts of one job (benchmarks/"
                             "ranking.py build_groups) in planner/data/published_runs.csv and "

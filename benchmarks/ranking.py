@@ -341,7 +341,7 @@ def closed_loop_group(group: Group, k: int, before: Sequence[Plan],
             "rest_error_before": rest_error(pred_before),
             "rest_error_after": rest_error(pred_after),
             # the step-time band's honesty on the layouts not run: the stock band before, the
-            # band the calibration measured after (planner.measured.bands.coverage)
+            # band the calibration measured after (planner.data.bands.coverage)
             "rest_band_before": gpu.step_time_band, "rest_band_after": fitted.step_time_band,
             "rest_covered_before": rest_covered(pred_before, gpu.step_time_band),
             "rest_covered_after": rest_covered(pred_after, fitted.step_time_band),

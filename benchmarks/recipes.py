@@ -14,7 +14,7 @@ layout knobs) as `planner solve --stack` would, and report:
   recipe's open knobs, e.g. micro-batch or recompute where the table does not say, completed by
   the search as benchmarks/accuracy.py does);
 - tied: the recipe's 1-sigma ranking band (the error between layouts of one job,
-  planner.measured.bands) overlaps the first plan's, as `solve` ties plans;
+  planner.data.bands) overlaps the first plan's, as `solve` ties plans;
 - claimed: how much faster the planner says its first plan is (recipe / first - 1), and the same
   in bands (the gap over the first plan's ranking-band half-width): more than 3 half-widths =
   more than "one band behind" (a whole band between the two bands);

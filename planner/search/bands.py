@@ -1,6 +1,6 @@
 """Prediction bands: when can two plans be told apart, and which of a tie to prefer?
 
-Every Estimate carries two 1-sigma bands (planner.measured.bands): step_time_low_s /
+Every Estimate carries two 1-sigma bands (planner.data.bands): step_time_low_s /
 step_time_high_s, how far its step time may be off (the calibrated step_time_rel_error, else the
 error on sources left out of every fit), and ranking_band, the relative error between layouts of
 one job (the job's common offset removed). Ranking compares layouts of one job, so ties use the

@@ -231,19 +231,19 @@ class GpuProfile(BaseModel):
     def step_time_band(self) -> float:
         """Relative 1-sigma band of the step time (fraction): the calibrated step_time_rel_error,
         else the error measured on sources left out of every fit for this kind of profile (stack
-        named or not, GEMM curve own or borrowed; planner.measured.bands.absolute_band)."""
+        named or not, GEMM curve own or borrowed; planner.data.bands.absolute_band)."""
         if self.step_time_rel_error is not None:
             return self.step_time_rel_error
-        from planner.measured.bands import absolute_band
+        from planner.data.bands import absolute_band
 
         return absolute_band(self)
 
     @property
     def ranking_band(self) -> float:
         """Relative 1-sigma error between layouts of one job (fraction), the tie rule's band:
-        the stock one measured on the sweeps (planner.measured.bands.ranking_band), never wider
+        the stock one measured on the sweeps (planner.data.bands.ranking_band), never wider
         than the step-time band (a calibrated profile's spread bounds it)."""
-        from planner.measured.bands import ranking_band
+        from planner.data.bands import ranking_band
 
         return min(ranking_band(), self.step_time_band)
 

@@ -98,10 +98,10 @@ def test_one_pool_is_the_homogeneous_cluster_bit_for_bit():
 
 def test_a_pooled_plan_has_the_band_of_its_slowest_stage():
     """The step-time band of a plan on pools is its slowest stage's profile's: the stock error
-    (the held-out error of a stock profile, planner.measured.bands) with stock profiles (it was 0
+    (the held-out error of a stock profile, planner.data.bands) with stock profiles (it was 0
     on pools, so pooled plans never tied), and a pool's calibrated error when its stage is the
     slowest."""
-    from planner.measured.bands import absolute_band
+    from planner.data.bands import absolute_band
 
     model = load_model("llama3-8b")
     pooled = parse_cluster_or_pools("32xH100+32xA100")

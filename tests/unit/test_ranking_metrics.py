@@ -154,7 +154,7 @@ def test_closed_loop_fitting_the_stacks_knobs_keeps_pairs(published_groups,
     ranking band the loop runs tp8-pp12 at mbs 1 and 8 on BLOOM 181B and the prior-free 3-knob
     fit loses 6 of 77 pairs (docs/accuracy.md "Two step-time bands"); the default fit above keeps
     every pair at the measured band."""
-    from planner.measured import bands
+    from planner.data import bands
 
     monkeypatch.setattr(bands, "ranking_band", lambda: 0.069)
     _assert_loop_keeps_pairs(published_groups,

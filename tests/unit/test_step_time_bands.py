@@ -1,4 +1,4 @@
-"""The two step-time bands (planner.measured.bands): width and coverage by hand, the band file
+"""The two step-time bands (planner.data.bands): width and coverage by hand, the band file
 consistent with the residuals it was computed from, which profile takes which band, and the tie
 rule on the ranking band (not the step-time band)."""
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from planner import JobSpec, Layout, estimate, load_model, parse_cluster
-from planner.measured import bands
+from planner.data import bands
 from planner.plan import PLAN_COLUMNS, Plan
 from planner.registry import load_gpu
 from planner.search.bands import order_ties, plans_indistinguishable

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from planner import JobSpec, Layout, estimate, load_model, parse_cluster
-from planner.measured import bands as measured_bands
+from planner.data import bands as measured_bands
 from planner.search import build_space, search
 from planner.search.bands import overlaps_best, plans_indistinguishable, robust_step_time
 

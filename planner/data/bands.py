@@ -5,7 +5,7 @@
   sources left out of every fit (benchmarks/accuracy.py leave_one_source_out), per cell of what
   the data supports: the software stack named (`--stack`, a preset fitted on other sources) or
   not, and the GPU's GEMM curve measured on that chip or borrowed from another
-  (planner.stacks.curve_is_borrowed).
+  (GpuProfile.gemm_curve_from, planner.stacks.curve_is_borrowed).
 - the **ranking band** (`ranking_band`, GpuProfile.ranking_band): the error between layouts of
   one job, after the job's common offset (its software's efficiency, the same for every layout)
   is removed: each layout's log(measured / predicted) less its group's median, on the measured
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-BANDS_YAML = Path(__file__).resolve().parent.parent / "data" / "step_time_bands.yaml"
+BANDS_YAML = Path(__file__).resolve().parent / "step_time_bands.yaml"
 RESIDUALS_CSV = BANDS_YAML.with_name("step_time_band_residuals.csv")
 ONE_SIGMA = 0.6827  # share of a normal distribution within 1 sigma of its centre
 COVERAGE_TARGET = (0.60, 0.80)  # issue 19: what a 1-sigma band must hold of held-out truths
@@ -107,12 +107,11 @@ def cell(stack_named: bool, borrowed_curve: bool) -> str:
 
 def profile_cell(profile: Any) -> str:
     """The cell of a GPU profile: a stack named when the profile carries a stack's factors
-    (StackPreset.apply records them in sources['software_stack']), a borrowed curve as
-    planner.stacks.curve_is_borrowed says."""
-    from planner.stacks import curve_is_borrowed
-
+    (StackPreset.apply records them in sources['software_stack']), a borrowed curve when its GEMM
+    curve was measured on another chip (gemm_curve_from, as planner.stacks.curve_is_borrowed
+    reads it; read here without importing the layer above)."""
     named = "software_stack" in (profile.sources or {})
-    return cell(named, curve_is_borrowed(profile))
+    return cell(named, getattr(profile, "gemm_curve_from", None) is not None)
 
 
 def absolute_band(profile: Any) -> float:
