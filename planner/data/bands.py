@@ -9,8 +9,9 @@
 - the **ranking band** (`ranking_band`, GpuProfile.ranking_band): the error between layouts of
   one job, after the job's common offset (its software's efficiency, the same for every layout)
   is removed: each layout's log(measured / predicted) less its group's median, on the measured
-  sweeps (planner/data/sweeps and the published groups of >= 3 layouts of one job). Two plans
-  whose ranking bands overlap cannot be told apart (planner.search.ties).
+  sweeps (planner/data/sweeps and the published groups of >= 3 layouts of one job), every group
+  (job) weighing alike (group_weights). Two plans whose ranking bands overlap cannot be told
+  apart (planner.search.ties).
 
 Both widths are data: planner/data/step_time_bands.yaml, written with its provenance by
 `python benchmarks/bands.py` (re-run it after any change of the cost model), beside the residuals
