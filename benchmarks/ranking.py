@@ -326,6 +326,11 @@ def closed_loop_group(group: Group, k: int, before: Sequence[Plan],
         return float(np.median([abs(pred[i] / group.measured[i] - 1) for i in rest])) \
             if rest else np.nan
 
+    def rest_covered(pred: dict[int, float], rel: float) -> float:
+        """Share of the layouts not run inside the step-time band pred x (1 -+ rel)."""
+        return float(np.mean([abs(group.measured[i] / pred[i] - 1) <= rel for i in rest])) \
+            if rest else np.nan
+
     return {"loop_pairs": scored["pairs"], "loop_pairs_right": scored["pairs_right"],
             "loop_pairwise": scored["pairwise"], "loop_spearman": scored["spearman"],
             "loop_regret": regret_of(new_first, group.measured),
@@ -337,6 +342,11 @@ def closed_loop_group(group: Group, k: int, before: Sequence[Plan],
             "norefit_regret": regret_of(no_refit, group.measured),
             "rest_error_before": rest_error(pred_before),
             "rest_error_after": rest_error(pred_after),
+            # the step-time band's honesty on the layouts not run: the stock band before, the
+            # band the calibration measured after (planner.data.bands.coverage)
+            "rest_band_before": gpu.step_time_band, "rest_band_after": fitted.step_time_band,
+            "rest_covered_before": rest_covered(pred_before, gpu.step_time_band),
+            "rest_covered_after": rest_covered(pred_after, fitted.step_time_band),
             "loop_first": str(after[0].layout)}
 
 
