@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from planner.costmodel import pipeline
-from planner.search.problem import MEM_UNIT_GIB, Space, Split, evaluate
+from planner.search.problem import MEM_UNIT_GIB, Space, Split
 from planner.specs import GIB
 
 if TYPE_CHECKING:
@@ -155,6 +155,74 @@ def split_dp(problem: SplitProblem) -> Split:
     return Split(tuple(second[1]), slowest, second[0])
 
 
+def _stage_dp(layers: int, cost: np.ndarray, allowed: np.ndarray
+              ) -> tuple[int, list[int]] | None:
+    """_minmax_dp with each stage's counts in one numpy step (a (width, layers + 1) table per
+    stage instead of a Python loop over the counts): the same optimum value, and among equal
+    values the smallest count per stage as _minmax_dp picks."""
+    stages, width = cost.shape
+    n = np.arange(1, width + 1)[:, None]
+    prev_idx = np.arange(layers + 1)[None, :] - n  # (width, layers + 1): layers before stage i
+    valid = prev_idx >= 0
+    prev_idx = np.where(valid, prev_idx, 0)
+    cols = np.arange(layers + 1)
+    best = np.full(layers + 1, BIG, dtype=np.int64)
+    best[0] = 0
+    choice = np.zeros((stages, layers + 1), dtype=np.int64)
+    for i in range(stages):
+        prev = best[prev_idx]
+        ok = valid & allowed[i][:, None] & (prev < BIG)
+        cand = np.where(ok, np.maximum(prev, cost[i][:, None]), BIG)
+        pick = np.argmin(cand, axis=0)
+        best = cand[pick, cols]
+        choice[i] = pick + 1
+    if best[layers] >= BIG:
+        return None
+    counts, left = [], layers
+    for i in range(stages - 1, -1, -1):
+        k = int(choice[i, left])
+        counts.append(k)
+        left -= k
+    return int(best[layers]), counts[::-1]
+
+
+def split_count(problem: SplitProblem, slowest: int, peak: int, cap: int = 2) -> int:
+    """How many splits have every stage within `slowest` time and `peak` memory (where they
+    fit), counted up to `cap`. At the optimum (slowest, peak) these are the optimal splits."""
+    layers = problem.layers
+    allowed = problem.fits & (problem.time <= slowest) & (problem.memory <= peak)
+    n = np.arange(1, problem.time.shape[1] + 1)[:, None]
+    prev_idx = np.arange(layers + 1)[None, :] - n
+    valid = prev_idx >= 0
+    prev_idx = np.where(valid, prev_idx, 0)
+    ways = np.zeros(layers + 1, dtype=np.int64)
+    ways[0] = 1
+    for i in range(problem.stages):
+        take = valid & allowed[i][:, None]
+        ways = np.minimum(np.where(take, ways[prev_idx], 0).sum(axis=0), cap)
+    return int(ways[layers])
+
+
+def solve_split(problem: SplitProblem, config: SolverConfig | None = None) -> Split:
+    """CP-SAT's answer to one split problem (cpsat.SplitModel), fast: the dynamic program finds
+    the optimum (slowest stage, then peak memory; exact, the tests hold CP-SAT to it) and counts
+    the splits that reach it. When one split does, it is the split any exact solver returns,
+    CP-SAT included, and CP-SAT is not run; when several tie, CP-SAT chooses among them as
+    before (its choice is what the plans show). Mixtral on 65536 H100 at 2**20 sequences: all
+    135 optima unique, 4 ms per CP-SAT solve -> ~0.5 ms."""
+    first = _stage_dp(problem.layers, problem.time, problem.fits)
+    if first is None:
+        return Split()  # no split fits: CP-SAT says INFEASIBLE (or its model is empty)
+    slowest = first[0]
+    second = _stage_dp(problem.layers, problem.memory, problem.fits & (problem.time <= slowest))
+    assert second is not None  # the first phase's split is one
+    if split_count(problem, slowest, second[0]) == 1:
+        return Split(tuple(second[1]), slowest, second[0])
+    from planner.search.cpsat import SplitModel
+
+    return SplitModel(problem, config).solve()
+
+
 def _balanced_bound(space: Space, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(lower bound on each row's step time over every split, whether some split can lower
     its slowest stage below the even rule's). Stage times are linear in their layers
@@ -198,14 +266,13 @@ def _balanced_bound(space: Space, rows: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 SPLIT_CHUNK = 32  # candidate layouts whose splits are solved between two updates of the bound
+SPLIT_WINDOW = 16  # chunks solved and re-evaluated ahead of the bound's updates (replayed)
 
 
 def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
                    config: SolverConfig | None = None) -> tuple[Space, int]:
     """The space with each eligible layout's best split where it beats the even rule (module
     docstring); returns the new space and how many layouts the split search solved."""
-    from planner.search.cpsat import SplitModel  # ortools only when a split is searched
-
     model = space.model
     if not len(space) or not pipeline.uniform_layers(model):
         return space, 0
@@ -231,67 +298,116 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
         return space, 0
     # branch and bound: the candidates by bound, SPLIT_CHUNK at a time; each chunk's better
     # splits lower the K-th best step time, and the rows whose bound no longer beats it are
-    # left (their split cannot reach the top K). Mixtral on 65536 H100 at 2**20 sequences:
-    # 532 splits solved -> (measured in docs/solve_speed.md)
+    # left (their split cannot reach the top K). The work is done SPLIT_WINDOW chunks ahead:
+    # the splits of every row of the window still live, and their re-evaluation, in one pass
+    # (a row's split and its cost are its own: the numbers do not depend on which rows are
+    # solved together); then the chunks are replayed in order with the bound's updates, so the
+    # rows taken and the K-th best are exactly the chunk-by-chunk search's. Mixtral on 65536
+    # H100 at 2**20 sequences: 1,709 splits, 54 chunks, 41 cost-model calls -> 4.
     order = np.argsort(bound, kind="stable")
     cand, bound = cand[order], bound[order]
     current, current_fits = step.copy(), space.fits.copy()
     pinned = space.pin_mask(pins)
     found: dict[int, tuple[int, ...]] = {}
     solved: dict[bytes, Split] = {}  # layouts that differ in knobs the split ignores
-    done = 0
-    for start in range(0, len(cand), SPLIT_CHUNK):
-        chunk = cand[start:start + SPLIT_CHUNK]
-        live = bound[start:start + SPLIT_CHUNK] <= kth + 1e-9 * max(kth, 1.0)
-        if not live.any():
-            break  # sorted by bound: every later row is out as well
-        chunk = chunk[live]
-        done += len(chunk)
-        new: dict[int, tuple[int, ...]] = {}
-        for r, prob in zip(chunk.tolist(), split_problems(space, chunk), strict=True):
-            even = tuple(pipeline.stage_layer_counts(model.num_hidden_layers, int(k["pp"][r])))
-            even_obj = None
-            if all(prob.fits[i, n - 1] for i, n in enumerate(even)):
-                even_obj = prob.objective(even)[0]
-            prob = prob.pruned(even_obj)
-            key = prob.time.tobytes() + prob.memory.tobytes() + prob.fits.tobytes()
-            if key not in solved:
-                solved[key] = SplitModel(prob, config).solve()
-            split = solved[key]
-            if split.counts and split.counts != even:
-                new[r] = split.counts
-        if new:
+    costed: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []  # (rows, their columns)
+    done, start, finished = 0, 0, False
+    while start < len(cand) and not finished:
+        stop = min(start + SPLIT_CHUNK * SPLIT_WINDOW, len(cand))
+        ahead = cand[start:stop][bound[start:stop] <= kth + 1e-9 * max(kth, 1.0)]
+        splits = _solve_rows(space, ahead, solved, config)
+        position: dict[int, int] = {}
+        if splits:
+            idx = np.fromiter(splits, dtype=np.int64)
+            trial = _trial(space, idx, splits)
+            costed.append((idx, trial))
+            position = {r: j for j, r in enumerate(idx.tolist())}
+        for at in range(start, stop, SPLIT_CHUNK):
+            chunk = cand[at:at + SPLIT_CHUNK]
+            live = bound[at:at + SPLIT_CHUNK] <= kth + 1e-9 * max(kth, 1.0)
+            if not live.any():
+                finished = True  # sorted by bound: every later row is out as well
+                break
+            chunk = chunk[live]
+            done += len(chunk)
+            new = {r: splits[r] for r in chunk.tolist() if r in splits}
+            if not new:
+                continue
             found.update(new)
             idx = np.fromiter(new, dtype=np.int64)
-            trial = _trial(space, idx, new)
-            t_new = np.asarray(trial.columns["step_time_s"])
-            better = trial.fits & (~current_fits[idx] | (t_new < current[idx]))
+            at_rows = np.array([position[r] for r in new], dtype=np.int64)
+            t_new = np.asarray(trial["step_time_s"])[at_rows]
+            fits_new = _fits(trial)[at_rows]
+            better = fits_new & (~current_fits[idx] | (t_new < current[idx]))
             current[idx[better]] = t_new[better]
             current_fits[idx[better]] = True
             eligible = pinned & current_fits
             if eligible.sum() >= top_k:
                 kth = float(np.partition(current[eligible], top_k - 1)[top_k - 1])
+        start = stop
     if not found:
         return space, done
-    return _with_splits(space, found), done
+    return _with_splits(space, found, costed), done
 
 
-def _trial(space: Space, rows: np.ndarray, found: Mapping[int, tuple[int, ...]]) -> Space:
-    """The rows with the splits in `found`, evaluated by the cost model."""
+def _solve_rows(space: Space, rows: np.ndarray, solved: dict[bytes, Split],
+                config: SolverConfig | None) -> dict[int, tuple[int, ...]]:
+    """The best split of each row where one fits and differs from the even rule's. Each
+    problem is pruned to the counts that can beat the even split's slowest stage (or that fit,
+    when the even split does not), and solved once per distinct table (`solved`)."""
+    layers = space.model.num_hidden_layers
+    out: dict[int, tuple[int, ...]] = {}
+    if not len(rows):
+        return out
+    pps = space.knobs["pp"]
+    for r, prob in zip(rows.tolist(), split_problems(space, rows), strict=True):
+        even = tuple(pipeline.stage_layer_counts(layers, int(pps[r])))
+        even_obj = None
+        if all(prob.fits[i, n - 1] for i, n in enumerate(even)):
+            even_obj = prob.objective(even)[0]
+        prob = prob.pruned(even_obj)
+        key = prob.time.tobytes() + prob.memory.tobytes() + prob.fits.tobytes()
+        if key not in solved:
+            solved[key] = solve_split(prob, config)
+        split = solved[key]
+        if split.counts and split.counts != even:
+            out[r] = split.counts
+    return out
+
+
+def _trial(space: Space, rows: np.ndarray, found: Mapping[int, tuple[int, ...]]
+           ) -> dict[str, np.ndarray]:
+    """The cost model's columns of the rows with the splits in `found` (no Space: the split
+    search reads only their step time and fits)."""
+    from planner.costmodel import estimate_batch
+
     knobs = {k: v[rows] for k, v in space.knobs.items()}
     knobs["stage_layers"] = np.empty(len(rows), dtype=object)
     knobs["stage_layers"][:] = [found[int(r)] for r in rows]
-    return evaluate(space.model, space.cluster, space.job, knobs)
+    return estimate_batch(space.model, space.cluster, space.job, knobs)
 
 
-def _with_splits(space: Space, found: Mapping[int, tuple[int, ...]]) -> Space:
+def _fits(columns: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The cost model's fits as the search reads it: Space.fits is exactly this column
+    (problem.scale_memory keeps `memory <= capacity` in integers where the model says fits)."""
+    return np.asarray(columns["fits"], dtype=bool)
+
+
+def _with_splits(space: Space, found: Mapping[int, tuple[int, ...]],
+                 costed: Sequence[tuple[np.ndarray, dict[str, np.ndarray]]]) -> Space:
     """A new space whose rows in `found` take those splits where the cost model says they are
-    better (lower step time, or fitting where the even split does not)."""
+    better (lower step time, or fitting where the even split does not); `costed` holds the
+    rows' columns under their splits (_trial's, one entry per window)."""
     rows = np.fromiter(found, dtype=np.int64)
-    trial = _trial(space, rows, found)
+    every = np.concatenate([idx for idx, _ in costed])
+    position = {r: j for j, r in enumerate(every.tolist())}
+    take_rows = np.array([position[r] for r in rows.tolist()], dtype=np.int64)
+    trial = {name: np.concatenate([np.asarray(cols[name]) for _, cols in costed])[take_rows]
+             for name in costed[0][1]}
+    trial_fits = _fits(trial)
     old_step = np.asarray(space.columns["step_time_s"])[rows]
-    new_step = np.asarray(trial.columns["step_time_s"])
-    better = (trial.fits & ~space.fits[rows]) | (trial.fits & (new_step < old_step))
+    new_step = np.asarray(trial["step_time_s"])
+    better = (trial_fits & ~space.fits[rows]) | (trial_fits & (new_step < old_step))
     if not better.any():
         return space
     take = rows[better]
@@ -307,9 +423,10 @@ def _with_splits(space: Space, found: Mapping[int, tuple[int, ...]]) -> Space:
     columns = {}
     for name, col in space.columns.items():
         col = np.array(col, copy=True)
-        col[take] = np.asarray(trial.columns[name])[better]
+        col[take] = np.asarray(trial[name])[better]
         columns[name] = col
-    return Space(space.model, space.cluster, space.job, all_knobs, columns)
+    return Space(space.model, space.cluster, space.job, all_knobs, columns,
+                 crossing_given=space.crossing)  # the same degrees row by row
 
 
 def _minmax_block(start: np.ndarray, cost: np.ndarray, allowed: np.ndarray, layers: int
