@@ -491,10 +491,27 @@ def stage_costs(
     """(seconds per micro-batch, peak bytes on one GPU) of every given stage (rows of `stages`,
     the same for every layout) under each layout, as (layouts, stages) arrays: the terms the
     assembly takes the slowest and the most loaded of. The split search reads its tables here."""
+    x, st, t = _given_stages(model, cluster, job, layouts, stages)
+    return t.total, _stage_memory(model, cluster, job, x, st, t).total
+
+
+def stage_times(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    layouts: Sequence[Layout] | Mapping[str, Any],
+    stages: pipeline.StageFeatures,
+) -> np.ndarray:
+    """stage_costs' seconds per micro-batch alone (the split search's bound reads no memory)."""
+    return _given_stages(model, cluster, job, layouts, stages)[2].total
+
+
+def _given_stages(model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
+                  layouts: Sequence[Layout] | Mapping[str, Any], stages: pipeline.StageFeatures
+                  ) -> tuple[_Knobs, dict[str, np.ndarray], _StageTimes]:
     lo = layout_arrays(layouts)
     n = len(lo["tp"])
     st = {name: np.broadcast_to(getattr(stages, name), (n, len(stages.index)))
           for name in pipeline.StageFeatures.__dataclass_fields__}
     x = _Knobs.of(lo, job, model)
-    t = _stage_times(model, cluster, job, x, st)
-    return t.total, _stage_memory(model, cluster, job, x, st, t).total
+    return x, st, _stage_times(model, cluster, job, x, st)

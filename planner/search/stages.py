@@ -155,72 +155,106 @@ def split_dp(problem: SplitProblem) -> Split:
     return Split(tuple(second[1]), slowest, second[0])
 
 
-def _stage_dp(layers: int, cost: np.ndarray, allowed: np.ndarray
-              ) -> tuple[int, list[int]] | None:
-    """_minmax_dp with each stage's counts in one numpy step (a (width, layers + 1) table per
-    stage instead of a Python loop over the counts): the same optimum value, and among equal
-    values the smallest count per stage as _minmax_dp picks."""
-    stages, width = cost.shape
-    n = np.arange(1, width + 1)[:, None]
-    prev_idx = np.arange(layers + 1)[None, :] - n  # (width, layers + 1): layers before stage i
-    valid = prev_idx >= 0
-    prev_idx = np.where(valid, prev_idx, 0)
-    cols = np.arange(layers + 1)
-    best = np.full(layers + 1, BIG, dtype=np.int64)
-    best[0] = 0
-    choice = np.zeros((stages, layers + 1), dtype=np.int64)
+def _shifts(layers: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """(index, valid) of shape (width, layers + 1): a stage taking n = row + 1 layers to reach
+    l = column layers follows l - n layers on the stages before it (valid where l >= n)."""
+    idx = np.arange(layers + 1)[None, :] - np.arange(1, width + 1)[:, None]
+    return np.maximum(idx, 0), idx >= 0
+
+
+def _minmax_batch(layers: int, cost: np.ndarray, allowed: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """_minmax_dp over a batch of problems of one shape ((P, stages, width) tables), each
+    stage's counts in one numpy step: (optimum per problem, BIG where none; choices
+    (P, stages, layers + 1), the smallest count among equal values as _minmax_dp picks)."""
+    batch, stages, width = cost.shape
+    idx, valid = _shifts(layers, width)
+    best = np.full((batch, layers + 1), BIG, dtype=np.int64)
+    best[:, 0] = 0
+    choice = np.zeros((batch, stages, layers + 1), dtype=np.int64)
     for i in range(stages):
-        prev = best[prev_idx]
-        ok = valid & allowed[i][:, None] & (prev < BIG)
-        cand = np.where(ok, np.maximum(prev, cost[i][:, None]), BIG)
-        pick = np.argmin(cand, axis=0)
-        best = cand[pick, cols]
-        choice[i] = pick + 1
-    if best[layers] >= BIG:
-        return None
+        prev = best[:, idx]  # (P, width, layers + 1)
+        ok = valid[None] & allowed[:, i, :, None] & (prev < BIG)
+        cand = np.where(ok, np.maximum(prev, cost[:, i, :, None]), BIG)
+        pick = np.argmin(cand, axis=1)
+        best = np.take_along_axis(cand, pick[:, None, :], axis=1)[:, 0, :]
+        choice[:, i] = pick + 1
+    return best[:, layers], choice
+
+
+def _counts_of(choice: np.ndarray, layers: int) -> tuple[int, ...]:
+    """The split a (stages, layers + 1) choice table leads to, back from the last stage."""
     counts, left = [], layers
-    for i in range(stages - 1, -1, -1):
-        k = int(choice[i, left])
-        counts.append(k)
-        left -= k
-    return int(best[layers]), counts[::-1]
+    for i in range(choice.shape[0] - 1, -1, -1):
+        n = int(choice[i, left])
+        counts.append(n)
+        left -= n
+    return tuple(counts[::-1])
 
 
-def split_count(problem: SplitProblem, slowest: int, peak: int, cap: int = 2) -> int:
-    """How many splits have every stage within `slowest` time and `peak` memory (where they
-    fit), counted up to `cap`. At the optimum (slowest, peak) these are the optimal splits."""
-    layers = problem.layers
-    allowed = problem.fits & (problem.time <= slowest) & (problem.memory <= peak)
-    n = np.arange(1, problem.time.shape[1] + 1)[:, None]
-    prev_idx = np.arange(layers + 1)[None, :] - n
-    valid = prev_idx >= 0
-    prev_idx = np.where(valid, prev_idx, 0)
-    ways = np.zeros(layers + 1, dtype=np.int64)
-    ways[0] = 1
-    for i in range(problem.stages):
-        take = valid & allowed[i][:, None]
-        ways = np.minimum(np.where(take, ways[prev_idx], 0).sum(axis=0), cap)
-    return int(ways[layers])
+def _ways_batch(layers: int, allowed: np.ndarray, cap: int = 2) -> np.ndarray:
+    """How many splits use only allowed counts ((P, stages, width)), per problem, up to cap."""
+    batch, stages, width = allowed.shape
+    idx, valid = _shifts(layers, width)
+    ways = np.zeros((batch, layers + 1), dtype=np.int64)
+    ways[:, 0] = 1
+    for i in range(stages):
+        take = valid[None] & allowed[:, i, :, None]
+        ways = np.minimum(np.where(take, ways[:, idx], 0).sum(axis=1), cap)
+    return ways[:, layers]
+
+
+def solve_splits(layers: int, time: np.ndarray, memory: np.ndarray, fits: np.ndarray,
+                 config: SolverConfig | None = None) -> list[Split]:
+    """CP-SAT's answers (cpsat.SplitModel) to a batch of split problems of one shape
+    ((P, stages, width) tables), fast: the dynamic program finds each optimum (slowest stage,
+    then peak memory; exact, the tests hold CP-SAT to it) and counts the splits that reach it.
+    Where one split does, it is the split any exact solver returns, CP-SAT included, and CP-SAT
+    is not run; where several tie, CP-SAT chooses among them as before (its choice is what the
+    plans show). Mixtral on 65536 H100 at 2**20 sequences: 135 problems, every optimum unique,
+    4 ms per CP-SAT solve -> ~0.1 ms each."""
+    slowest, _ = _minmax_batch(layers, time, fits)
+    feasible = slowest < BIG
+    within = fits & (time <= slowest[:, None, None])
+    peak, choice = _minmax_batch(layers, memory, within)
+    ways = _ways_batch(layers, within & (memory <= peak[:, None, None]))
+    out = []
+    for p in range(len(slowest)):
+        if not feasible[p]:
+            out.append(Split())  # no split fits: CP-SAT says INFEASIBLE (or its model is empty)
+        elif ways[p] == 1:
+            out.append(Split(_counts_of(choice[p], layers), int(slowest[p]), int(peak[p])))
+        else:
+            from planner.search.cpsat import SplitModel
+
+            problem = SplitProblem(layers, time[p], memory[p], fits[p])
+            out.append(SplitModel(problem, config).solve())
+    return out
 
 
 def solve_split(problem: SplitProblem, config: SolverConfig | None = None) -> Split:
-    """CP-SAT's answer to one split problem (cpsat.SplitModel), fast: the dynamic program finds
-    the optimum (slowest stage, then peak memory; exact, the tests hold CP-SAT to it) and counts
-    the splits that reach it. When one split does, it is the split any exact solver returns,
-    CP-SAT included, and CP-SAT is not run; when several tie, CP-SAT chooses among them as
-    before (its choice is what the plans show). Mixtral on 65536 H100 at 2**20 sequences: all
-    135 optima unique, 4 ms per CP-SAT solve -> ~0.5 ms."""
-    first = _stage_dp(problem.layers, problem.time, problem.fits)
-    if first is None:
-        return Split()  # no split fits: CP-SAT says INFEASIBLE (or its model is empty)
-    slowest = first[0]
-    second = _stage_dp(problem.layers, problem.memory, problem.fits & (problem.time <= slowest))
-    assert second is not None  # the first phase's split is one
-    if split_count(problem, slowest, second[0]) == 1:
-        return Split(tuple(second[1]), slowest, second[0])
-    from planner.search.cpsat import SplitModel
+    """CP-SAT's answer to one split problem, through solve_splits' exact fast path."""
+    return solve_splits(problem.layers, problem.time[None], problem.memory[None],
+                        problem.fits[None], config)[0]
 
-    return SplitModel(problem, config).solve()
+
+def _pruned_fits(layers: int, time: np.ndarray, fits: np.ndarray, bound: np.ndarray,
+                 bounded: np.ndarray) -> np.ndarray:
+    """SplitProblem.pruned over a batch of one shape ((P, stages, width)): `bound` the slowest
+    stage of a known split where `bounded`; the same fits, problem by problem."""
+    fits = fits & (~bounded[:, None, None] | (time <= bound[:, None, None]))
+    n = np.arange(1, fits.shape[2] + 1)
+    active = np.ones(len(fits), dtype=bool)
+    for _ in range(2):
+        most = np.where(fits, n, 0).max(axis=2)  # (P, stages)
+        active &= ~(most == 0).any(axis=1)  # a stage that fits nowhere: pruning stops
+        least = np.where(active[:, None], np.where(fits, n, BIG).min(axis=2), 0)  # no overflow
+        most = np.where(active[:, None], most, 0)
+        lo = layers - (most.sum(axis=1, keepdims=True) - most)
+        hi = layers - (least.sum(axis=1, keepdims=True) - least)
+        trim = (n >= lo[:, :, None]) & (n <= hi[:, :, None])
+        fits = np.where(active[:, None, None], fits & trim, fits)
+    return fits
 
 
 def _balanced_bound(space: Space, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -233,7 +267,7 @@ def _balanced_bound(space: Space, rows: np.ndarray) -> tuple[np.ndarray, np.ndar
     the pp candidates a ceil((lo - b_i) / a) + b_i that holds the layers. Plain 1F1B's step is
     (grad_accum - 1) x the slowest stage + the sum of all stage times (pipeline.bubble_time),
     and the sum is the same for every split, so the bound is (grad_accum - 1) x T* + that sum."""
-    from planner.costmodel.batch import stage_costs
+    from planner.costmodel.batch import stage_times
 
     model, cluster, job = space.model, space.cluster, space.job
     layers = model.num_hidden_layers
@@ -244,7 +278,7 @@ def _balanced_bound(space: Space, rows: np.ndarray) -> tuple[np.ndarray, np.ndar
         mine = np.flatnonzero(pps == pp)
         feats = pipeline.count_features(model, int(pp), 2)  # every stage with 1 and 2 layers
         knobs = {k: v[rows[mine]] for k, v in space.knobs.items() if k != "stage_layers"}
-        t, _ = stage_costs(model, cluster, job, knobs, feats)
+        t = stage_times(model, cluster, job, knobs, feats)
         one, two = t[:, 0::2], t[:, 1::2]  # (rows, stages)
         a = np.maximum(two[:, 0] - one[:, 0], 1e-30)[:, None]  # time per layer
         fixed = one - a  # b_i: the embedding, the LM head, nothing on inner stages
@@ -253,9 +287,7 @@ def _balanced_bound(space: Space, rows: np.ndarray) -> tuple[np.ndarray, np.ndar
         eps = 1e-9 * lo
         cand = a * np.ceil((lo - fixed) / a - 1e-9) + fixed  # (rows, pp): one per stage
         cand = np.maximum(cand, lo)
-        held = np.floor((cand[:, :, None] - fixed[:, None, :]) / a[:, :, None] + 1e-9)
-        ok = held.sum(axis=2) >= layers - 1e-9
-        best = np.where(ok, cand, np.inf).min(axis=1)
+        best = _lowest_holding(cand, fixed, a, layers)
         even = np.asarray(pipeline.stage_layer_counts(layers, int(pp)), dtype=float)
         even_slowest = (a * even[None, :] + fixed).max(axis=1)
         m = space.columns["grad_accum"][rows[mine]].astype(float)
@@ -263,6 +295,34 @@ def _balanced_bound(space: Space, rows: np.ndarray) -> tuple[np.ndarray, np.ndar
         out[mine] = (m - 1) * best + whole
         gains[mine] = best < even_slowest - eps[:, 0]
     return out, gains
+
+
+def _lowest_holding(cand: np.ndarray, fixed: np.ndarray, a: np.ndarray, layers: int
+                    ) -> np.ndarray:
+    """Per row, the smallest candidate slowest-stage time cand[:, j] at which the stages hold
+    the layers (sum_i floor((cand_j - fixed_i) / a + 1e-9) >= layers), inf where none does.
+    Stages with the same `fixed` column (every inner stage) have the same candidate and the
+    same count, so the sum is taken over the distinct columns times their multiplicity: exact,
+    the counts being integers far below 2**52 (checked; else every stage pair, (rows, pp, pp),
+    0.17 s of the bound on Mixtral's 50k pipelined rows on 65536 H100)."""
+    keep: list[int] = []
+    mult: list[int] = []
+    for j in range(fixed.shape[1]):
+        for g, c in enumerate(keep):
+            if np.array_equal(fixed[:, j], fixed[:, c]):
+                mult[g] += 1
+                break
+        else:
+            keep.append(j)
+            mult.append(1)
+    cd, fx = cand[:, keep], fixed[:, keep]
+    held = np.floor((cd[:, :, None] - fx[:, None, :]) / a[:, :, None] + 1e-9)
+    if np.isfinite(held).all() and np.abs(held).max(initial=0.0) * fixed.shape[1] < 2.0**52:
+        ok = (held * np.asarray(mult, dtype=float)).sum(axis=2) >= layers - 1e-9
+        return np.where(ok, cd, np.inf).min(axis=1)
+    held = np.floor((cand[:, :, None] - fixed[:, None, :]) / a[:, :, None] + 1e-9)
+    ok = held.sum(axis=2) >= layers - 1e-9
+    return np.where(ok, cand, np.inf).min(axis=1)
 
 
 SPLIT_CHUNK = 32  # candidate layouts whose splits are solved between two updates of the bound
@@ -308,6 +368,7 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
     cand, bound = cand[order], bound[order]
     current, current_fits = step.copy(), space.fits.copy()
     pinned = space.pin_mask(pins)
+    best_k = _KthBest(current, pinned & current_fits, top_k)
     found: dict[int, tuple[int, ...]] = {}
     solved: dict[bytes, Split] = {}  # layouts that differ in knobs the split ignores
     costed: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []  # (rows, their columns)
@@ -341,37 +402,81 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
             better = fits_new & (~current_fits[idx] | (t_new < current[idx]))
             current[idx[better]] = t_new[better]
             current_fits[idx[better]] = True
-            eligible = pinned & current_fits
-            if eligible.sum() >= top_k:
-                kth = float(np.partition(current[eligible], top_k - 1)[top_k - 1])
+            kth = best_k.update(idx[better & pinned[idx]])
         start = stop
     if not found:
         return space, done
     return _with_splits(space, found, costed), done
 
 
+class _KthBest:
+    """The K-th smallest of `values` over the eligible rows (inf while fewer than K), kept as
+    rows are lowered or become eligible: the K smallest before an update and the updated rows
+    hold the K smallest after it (every other row is at or above the old K-th). Equal to
+    np.partition over every eligible row (the K-th value, whichever rows tie), without its
+    2 ms per update over Mixtral's 161k rows."""
+
+    def __init__(self, values: np.ndarray, eligible: np.ndarray, k: int) -> None:
+        self.values, self.k = values, k  # `values` is updated in place by the caller
+        rows = np.flatnonzero(eligible)
+        self.eligible = eligible.copy()
+        self.count = len(rows)
+        self.top = self._smallest(rows) if self.count >= k else None
+
+    def _smallest(self, rows: np.ndarray) -> np.ndarray:
+        return rows[np.argpartition(self.values[rows], self.k - 1)[: self.k]]
+
+    @property
+    def kth(self) -> float:
+        return np.inf if self.top is None else float(self.values[self.top].max())
+
+    def update(self, rows: np.ndarray) -> float:
+        """`rows` (eligible now) were lowered or became eligible; the new K-th value."""
+        fresh = rows[~self.eligible[rows]]
+        self.eligible[fresh] = True
+        self.count += len(np.unique(fresh))
+        if self.top is None:
+            if self.count >= self.k:
+                self.top = self._smallest(np.flatnonzero(self.eligible))
+        elif len(rows):
+            self.top = self._smallest(np.union1d(self.top, rows))
+        return self.kth
+
+
 def _solve_rows(space: Space, rows: np.ndarray, solved: dict[bytes, Split],
                 config: SolverConfig | None) -> dict[int, tuple[int, ...]]:
     """The best split of each row where one fits and differs from the even rule's. Each
     problem is pruned to the counts that can beat the even split's slowest stage (or that fit,
-    when the even split does not), and solved once per distinct table (`solved`)."""
+    when the even split does not; SplitProblem.pruned) and solved once per distinct table
+    (`solved`); the rows of one pp as one batch."""
     layers = space.model.num_hidden_layers
     out: dict[int, tuple[int, ...]] = {}
     if not len(rows):
         return out
-    pps = space.knobs["pp"]
-    for r, prob in zip(rows.tolist(), split_problems(space, rows), strict=True):
-        even = tuple(pipeline.stage_layer_counts(layers, int(pps[r])))
-        even_obj = None
-        if all(prob.fits[i, n - 1] for i, n in enumerate(even)):
-            even_obj = prob.objective(even)[0]
-        prob = prob.pruned(even_obj)
-        key = prob.time.tobytes() + prob.memory.tobytes() + prob.fits.tobytes()
-        if key not in solved:
-            solved[key] = solve_split(prob, config)
-        split = solved[key]
-        if split.counts and split.counts != even:
-            out[r] = split.counts
+    problems = split_problems(space, rows)
+    pps = space.knobs["pp"][rows]
+    for pp in np.unique(pps).tolist():
+        sel = np.flatnonzero(pps == pp)
+        time = np.stack([problems[j].time for j in sel])
+        memory = np.stack([problems[j].memory for j in sel])
+        fits = np.stack([problems[j].fits for j in sel])
+        even = tuple(pipeline.stage_layer_counts(layers, pp))
+        at = (slice(None), np.arange(pp), np.asarray(even) - 1)
+        fits = _pruned_fits(layers, time, fits, time[at].max(axis=1), fits[at].all(axis=1))
+        keys = [time[p].tobytes() + memory[p].tobytes() + fits[p].tobytes()
+                for p in range(len(sel))]
+        fresh: dict[bytes, int] = {}
+        for p, key in enumerate(keys):
+            if key not in solved:
+                fresh.setdefault(key, p)
+        if fresh:
+            todo = np.fromiter(fresh.values(), dtype=np.int64)
+            answers = solve_splits(layers, time[todo], memory[todo], fits[todo], config)
+            solved.update(zip(fresh, answers, strict=True))
+        for p, key in zip(sel.tolist(), keys, strict=True):
+            split = solved[key]
+            if split.counts and split.counts != even:
+                out[int(rows[p])] = split.counts
     return out
 
 
