@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model_helper as cmh
 
+from planner.search import problem
 from planner.search.problem import (
     KNOBS,
     STRUCTURE_KNOBS,
@@ -327,7 +328,7 @@ class SelectionModel:
         # the model is not built (Mixtral on 65536 H100 at 2**20 sequences: 161k variables,
         # 0.1 s to build and 0.2 s to solve and read back, twice per search)
         self.free = np.flatnonzero(~self._excluded)
-        self.forced = 1 <= len(self.free) <= top_k
+        self.forced = problem.EXACT_SHORTCUTS and 1 <= len(self.free) <= top_k
         if not self.forced:
             self._add_choice_variables()
             self._add_cardinality()

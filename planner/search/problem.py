@@ -63,6 +63,12 @@ TIME_UNIT_S = 1e-6  # solver time unit: one microsecond (coarser when the object
 OBJECTIVE_SUM_LIMIT = 2**62
 MEM_UNIT_GIB = 1.0 / 1024  # solver memory unit: one MiB
 MESH_AXES: tuple[str, ...] = ("tp", "cp", "dp", "pp")  # axes whose groups may cross nodes
+# The search's exact shortcuts (docs/solve_speed.md): a split or a top-K selection whose optimum
+# is unique is taken without CP-SAT, the split search works a window of chunks ahead and keeps
+# the K-th best incrementally. False runs CP-SAT on every split and selection, chunk by chunk:
+# the reference that tests/search/test_fast_paths.py and `benchmarks/solve_speed.py --check`
+# hold the shortcuts to (identical spaces and plans).
+EXACT_SHORTCUTS = True
 
 # (model, cluster, job, columns of knob arrays) -> cost columns; planner.costmodel.estimate_batch
 BatchCost = Callable[[ModelSpec, ClusterSpec, JobSpec, Mapping[str, np.ndarray]], dict]

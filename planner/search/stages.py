@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from planner.costmodel import pipeline
+from planner.search import problem as _problem
 from planner.search.problem import MEM_UNIT_GIB, Space, Split
 from planner.specs import GIB
 
@@ -220,7 +221,12 @@ def solve_splits(layers: int, time: np.ndarray, memory: np.ndarray, fits: np.nda
     ways = _ways_batch(layers, within & (memory <= peak[:, None, None]))
     out = []
     for p in range(len(slowest)):
-        if not feasible[p]:
+        if not _problem.EXACT_SHORTCUTS:  # the reference: CP-SAT on every problem
+            from planner.search.cpsat import SplitModel
+
+            out.append(SplitModel(SplitProblem(layers, time[p], memory[p], fits[p]),
+                                  config).solve())
+        elif not feasible[p]:
             out.append(Split())  # no split fits: CP-SAT says INFEASIBLE (or its model is empty)
         elif ways[p] == 1:
             out.append(Split(_counts_of(choice[p], layers), int(slowest[p]), int(peak[p])))
@@ -373,8 +379,9 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
     solved: dict[bytes, Split] = {}  # layouts that differ in knobs the split ignores
     costed: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []  # (rows, their columns)
     done, start, finished = 0, 0, False
+    window = SPLIT_WINDOW if _problem.EXACT_SHORTCUTS else 1
     while start < len(cand) and not finished:
-        stop = min(start + SPLIT_CHUNK * SPLIT_WINDOW, len(cand))
+        stop = min(start + SPLIT_CHUNK * window, len(cand))
         ahead = cand[start:stop][bound[start:stop] <= kth + 1e-9 * max(kth, 1.0)]
         splits = _solve_rows(space, ahead, solved, config)
         position: dict[int, int] = {}
@@ -435,6 +442,10 @@ class _KthBest:
         fresh = rows[~self.eligible[rows]]
         self.eligible[fresh] = True
         self.count += len(np.unique(fresh))
+        if not _problem.EXACT_SHORTCUTS:  # the reference: a partition over every eligible row
+            if self.count >= self.k:
+                self.top = self._smallest(np.flatnonzero(self.eligible))
+            return self.kth
         if self.top is None:
             if self.count >= self.k:
                 self.top = self._smallest(np.flatnonzero(self.eligible))
