@@ -62,6 +62,7 @@ TIME_UNIT_S = 1e-6  # solver time unit: one microsecond (coarser when the object
 # the rows it may choose must stay below this (ortools validates objective overflow)
 OBJECTIVE_SUM_LIMIT = 2**62
 MEM_UNIT_GIB = 1.0 / 1024  # solver memory unit: one MiB
+EVAL_CHUNK = 16384  # rows per cost-model call in evaluate (its temporaries: ~100 arrays a row)
 MESH_AXES: tuple[str, ...] = ("tp", "cp", "dp", "pp")  # axes whose groups may cross nodes
 # The search's exact shortcuts (docs/solve_speed.md): a split or a top-K selection whose optimum
 # is unique is taken without CP-SAT, the split search works a window of chunks ahead and keeps
@@ -398,10 +399,19 @@ def evaluate(
     knobs: dict[str, np.ndarray],
     batch_cost: BatchCost | None = None,
 ) -> Space:
-    """Evaluate knob columns with the cost model (planner.costmodel.estimate_batch by default)."""
+    """Evaluate knob columns with the cost model (planner.costmodel.estimate_batch by default),
+    EVAL_CHUNK rows at a time: the cost model is elementwise in the rows, so the columns are
+    the same as in one call, and its temporaries stay small (Mixtral on 65536 H100 at 2**20
+    sequences: 161k rows, measured in docs/solve_speed.md)."""
     if batch_cost is None:
         from planner.costmodel import estimate_batch as batch_cost
-    columns = batch_cost(model, cluster, job, knobs) if len(knobs["tp"]) else {}
+    n = len(knobs["tp"])
+    if n <= EVAL_CHUNK:
+        columns = batch_cost(model, cluster, job, knobs) if n else {}
+    else:
+        parts = [batch_cost(model, cluster, job, {k: v[i:i + EVAL_CHUNK] for k, v in knobs.items()})
+                 for i in range(0, n, EVAL_CHUNK)]
+        columns = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
     return Space(model, cluster, job, knobs, columns)
 
 
