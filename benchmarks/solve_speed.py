@@ -71,6 +71,21 @@ MOE_CASES: list[tuple[str, str, int, int | None]] = [
     ("deepseek-v3", "65536xH100", 32768, 2**20),
 ]
 MOE_GOAL_S = 1.0
+# Measured once for issue 22 (moe_section's before/after table): case | CPU s before | after |
+# wall s before | after | RSS MB before | after
+BEFORE_AFTER = [
+    "solve llama70b 128xA100 (quick start) | 0.70 | 0.63 | 1.97 | 1.71 | 96 | 95",
+    "mixtral-8x7b seq 32768, spec batch | 0.75 | 0.66 | 1.89 | 1.70 | 155 | 114",
+    "mixtral-8x7b seq 4096, batch 4096 | 0.64 | 0.59 | 1.91 | 1.77 | 116 | 94",
+    "mixtral-8x7b seq 4096, batch 2**20 | 1.17 | 0.71 | 3.50 | 2.09 | 142 | 111",
+    "mixtral-8x7b seq 32768, batch 2**20 | 3.19 | 1.21 | 9.82 | 3.73 | 408 | 255",
+    "deepseek-v3 seq 4096, spec batch | 0.67 | 0.61 | 2.42 | 2.17 | 93 | 92",
+    "deepseek-v3 seq 32768, batch 4096 | 1.17 | 0.81 | 4.09 | 2.88 | 231 | 158",
+    "deepseek-v3 seq 4096, batch 2**20 | 0.69 | 0.60 | 2.86 | 2.68 | 119 | 107",
+    "deepseek-v3 seq 32768, batch 2**20 | 1.51 | 0.92 | 6.85 | 3.98 | 309 | 198",
+    "clusters --json | 0.28 | 0.27 | 0.98 | 0.93 | 34 | 34",
+    "--help | 0.24 | 0.22 | 0.71 | 0.65 | 25 | 25",
+]
 STARTUP_GOAL_S = 0.15
 MOE_HEADING = "## MoE spaces and start-up"
 
@@ -224,16 +239,37 @@ def moe_section(repeats: int, check: bool = True) -> str:
         "and selection; the plans `solve --json` prints and every column of the space):", "",
         *checked, "",
         "Where the time goes (issue 22): the MoE spaces were 125k-529k layouts (Mixtral at seq "
-        "32768: cp up to 16384, 2 tokens per rank); the space now bounds cp by 1024 tokens per "
-        "rank, searches MoE with sp on only (Megatron-Core refuses MoE + TP without SP) and "
-        "enumerates ep, etp and mbs outside CP-SAT (its ~0.1 ms per solution: DeepSeek-V3's "
-        "11,340 structures took 2.1 s, 0.12 s now). What is left is the cost model on 100k+ rows "
-        "(DeepSeek-V3 at seq 32768 and 2**20 sequences) and the layers-per-stage search "
-        "(a CP-SAT model per candidate layout, ~6 ms to build and solve; the exact dynamic "
-        "program stages.split_dp solves the same problems in ~2 ms, measured on 300 Mixtral "
-        "splits, all 60 compared equal). Start-up: typer 0.29 imports pydantic for its "
-        "parameter coercion (typer._adapters, ~0.2 s of the loaded run's imports), the registry "
-        "pydantic models and yaml another ~0.1 s: 0.15 s needs a CLI path without them.", "",
+        "32768: cp up to 16384, 2 tokens per rank); the space bounds cp by 1024 tokens per rank, "
+        "searches MoE with sp on only (Megatron-Core refuses MoE + TP without SP) and enumerates "
+        "ep, etp and mbs outside CP-SAT. The search then takes exact shortcuts "
+        "(planner.search.problem.EXACT_SHORTCUTS; the check above and "
+        "tests/search/test_fast_paths.py hold them to the reference): a layers-per-stage split "
+        "whose optimum the dynamic program finds unique is that split (any exact solver's "
+        "answer; all 135 of Mixtral's at 2**20 sequences were), CP-SAT choosing only among ties "
+        "(4 ms a solve); a top-K selection whose key bound leaves at most K rows is forced, and "
+        "otherwise CP-SAT's model holds the free rows only (136k variables fixed to 0 before); "
+        "the split search works 16 chunks of candidates ahead and replays them in order (41 "
+        "cost-model calls -> 4), its bound reads the stage times without the memory model, and "
+        "the K-th best is kept incrementally; the crossing column packs the four degrees into "
+        "one key, the structures expand in numpy, the cost model runs 16384 rows at a time "
+        "(peak memory). What is left is the cost model itself on 100k+ rows (~60% of the "
+        "largest spaces' search) and start-up.", "",
+        "Start-up: typer 0.29 coerces every option through a pydantic TypeAdapter built per "
+        "option per run; planner.cli.typer_app answers the values that need none (unset "
+        "options, flags, text, in-range digits, defaults) as the adapter would, so `solve` "
+        "builds a few instead of 42; the pydantic specs build their validators on first use "
+        "(defer_build: `clusters` builds only the GPU profile's). The floor left is imports: "
+        "typer (with click's copy), pydantic and its plugin loader (importlib.metadata), the "
+        "GPU profiles' validation, yaml; numpy and ortools' CP-SAT helper for `solve`; "
+        "`--help` renders through rich and markdown-it. 0.15 s for `clusters --json` would need "
+        "a command path without typer and pydantic (the profiles as plain data), not done.", "",
+        "Before and after issue 22's speed work (fresh processes, the old and new code "
+        "interleaved, median of 5; 2026-11-25 on this 2-core machine at load 7 to 10, so CPU "
+        "seconds are the comparable figure; wall was 2.5-3x CPU):", "",
+        "| case | CPU s before | CPU s after | wall s before | wall s after | RSS MB before "
+        "| RSS MB after |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        *[f"| {c} |" for c in BEFORE_AFTER], "",
         "| model | cluster | seq | batch | layouts | CP-SAT structure ms | cost model ms | "
         "stage split ms | selection + ties ms | peak MB | end to end wall s | "
         "end to end CPU s | RSS MB | rc |",
