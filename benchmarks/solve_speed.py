@@ -110,17 +110,26 @@ def end_to_end_s(model: str, cluster: str, repeats: int,
 def command_runs(args: list[str], repeats: int) -> dict[str, float]:
     """Medians over fresh `python -m planner ARGS` processes (after one warm-up run): wall_s,
     cpu_s (user + sys), rss_mb (the process's peak resident memory), and the last rc."""
+    import shutil
+    import tempfile
+
     cmd = [sys.executable, "-m", "planner", *args]
     subprocess.run(cmd, capture_output=True, cwd=ROOT, env=_env(), timeout=600)  # warm caches
+    # the peak RSS through GNU time, a small process: a child forked from this one (which has
+    # searched in process) inherits this process's peak in its own ru_maxrss
+    gnu_time = shutil.which("time", path="/usr/bin:/bin")
     walls, cpus, rss, rc = [], [], [], 0
     for _ in range(repeats):
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                cwd=ROOT, env=_env())
-        _, status, usage = os.wait4(proc.pid, 0)
-        walls.append(time.perf_counter() - start)
-        cpus.append(usage.ru_utime + usage.ru_stime)
-        rss.append(usage.ru_maxrss / 1024)  # KiB on Linux
+        with tempfile.NamedTemporaryFile("r", suffix=".txt") as report:
+            wrapped = [gnu_time, "-f", "%M", "-o", report.name, *cmd] if gnu_time else cmd
+            start = time.perf_counter()
+            proc = subprocess.Popen(wrapped, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, cwd=ROOT, env=_env())
+            _, status, usage = os.wait4(proc.pid, 0)
+            walls.append(time.perf_counter() - start)
+            cpus.append(usage.ru_utime + usage.ru_stime)
+            text = report.read().split()
+            rss.append(int(text[-1]) / 1024 if gnu_time and text else float("nan"))  # KiB
         rc = os.waitstatus_to_exitcode(status)
     return {"wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus),
             "rss_mb": statistics.median(rss), "rc": float(rc)}

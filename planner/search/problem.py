@@ -399,14 +399,15 @@ def evaluate(
     knobs: dict[str, np.ndarray],
     batch_cost: BatchCost | None = None,
 ) -> Space:
-    """Evaluate knob columns with the cost model (planner.costmodel.estimate_batch by default),
-    EVAL_CHUNK rows at a time: the cost model is elementwise in the rows, so the columns are
-    the same as in one call, and its temporaries stay small (Mixtral on 65536 H100 at 2**20
-    sequences: 161k rows, measured in docs/solve_speed.md)."""
+    """Evaluate knob columns with the cost model (planner.costmodel.estimate_batch by default,
+    EVAL_CHUNK rows at a time: it is elementwise in the rows, so the columns are the same as in
+    one call, and its temporaries stay small; Mixtral on 65536 H100 at 2**20 sequences: 161k
+    rows, measured in docs/solve_speed.md). A given batch_cost sees every row at once."""
+    chunked = batch_cost is None
     if batch_cost is None:
         from planner.costmodel import estimate_batch as batch_cost
     n = len(knobs["tp"])
-    if n <= EVAL_CHUNK:
+    if n <= EVAL_CHUNK or not chunked:
         columns = batch_cost(model, cluster, job, knobs) if n else {}
     else:
         parts = [batch_cost(model, cluster, job, {k: v[i:i + EVAL_CHUNK] for k, v in knobs.items()})

@@ -12,11 +12,15 @@ model; a stage holds at most SPLIT_MAX_FACTOR x ceil(layers / pp) + 2 layers (be
 is never the best split with linear stage times; the bound keeps the tables small).
 
 Solved by CP-SAT (cpsat.SplitModel); split_dp is the exact dynamic-programming oracle over
-(stages, layers) the tests hold it to. improve_splits runs the split search inside `search`:
-a layout's split replaces the even rule's (pipeline.stage_layer_counts) only where its
-re-evaluated step time is lower, or it fits where the even one does not. Layouts whose step
-time cannot beat the K-th best plan even with perfectly balanced stages (a lower bound from the
-linear stage times) are skipped, which keeps the search exact for the top K.
+(stages, layers) the tests hold it to. solve_splits runs that dynamic program first, batched
+over problems of one shape, and takes its split where the optimum is unique (CP-SAT's answer
+then); CP-SAT chooses where several splits tie.
+
+improve_splits runs the split search inside `search`: a layout's split replaces the even
+rule's (pipeline.stage_layer_counts) only where its re-evaluated step time is lower, or it fits
+where the even one does not. Layouts whose step time cannot beat the K-th best plan even with
+perfectly balanced stages (a lower bound from the linear stage times) are skipped, which keeps
+the search exact for the top K.
 """
 
 from __future__ import annotations
