@@ -67,7 +67,10 @@ class Layout:
     recompute: Recompute = "none"
     sp: bool = False  # sequence parallelism alongside TP
     # layers per pipeline stage, first to last; () = the even rule (stage_layer_counts below:
-    # floor/ceil, the extra layers to the inner stages first)
+    # floor/ceil, the extra layers to the inner stages first). With vpp > 1 either pp entries
+    # (each stage's chunks together, the even rule's) or pp * vpp entries: decoder layers per
+    # virtual stage (model chunk) in layer order, chunk c on stage c mod pp, as Megatron's
+    # --pipeline-model-parallel-layout states them (a chunk may hold none)
     stage_layers: tuple[int, ...] = ()
     # GPU profile name of each pipeline stage on a cluster of pools; () = the cluster's one GPU
     stage_gpu: tuple[str, ...] = ()
@@ -130,8 +133,31 @@ class Layout:
         """Whether the stages hold what the even rule gives them (always for ())."""
         if not self.stage_layers:
             return True
+        total = sum(self.stage_layers)
+        if self.virtual_split:
+            return list(self.stage_layers) == stage_layer_counts(total, self.pp * self.vpp)
         return list(self.stage_layers) == [
-            len(s) for s in stage_layers(sum(self.stage_layers), self.pp, self.vpp)]
+            len(s) for s in stage_layers(total, self.pp, self.vpp)]
+
+    @property
+    def virtual_split(self) -> bool:
+        """Whether stage_layers lists every virtual stage (pp * vpp entries, vpp > 1)."""
+        return self.vpp > 1 and len(self.stage_layers) == self.pp * self.vpp
+
+    def chunk_counts(self, num_layers: int) -> list[int]:
+        """Decoder layers of each model chunk in layer order (pp * vpp of them, chunk c on stage
+        c mod pp) as the planner costs them: the layers per virtual stage, the explicit layers
+        per stage (vpp 1), else the even rule over pp * vpp chunks. What exports write."""
+        if self.virtual_split or (self.stage_layers and self.vpp == 1):
+            return list(self.stage_layers)
+        return stage_layer_counts(num_layers, self.pp * self.vpp)
+
+    @property
+    def layers_per_stage(self) -> tuple[int, ...]:
+        """Layers of each pipeline stage (its chunks together); () for the even rule."""
+        if self.virtual_split:
+            return tuple(chunk_totals(self.stage_layers, self.pp))
+        return self.stage_layers
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -160,17 +186,88 @@ def stage_layer_counts(num_layers: int, pp: int) -> list[int]:
     return counts
 
 
+def chunk_totals(chunks: tuple[int, ...] | list[int], pp: int) -> list[int]:
+    """Layers of each pipeline stage from the layers of each model chunk (virtual stage c on
+    stage c mod pp, Megatron's interleaving)."""
+    out = [0] * pp
+    for c, n in enumerate(chunks):
+        out[c % pp] += n
+    return out
+
+
+def chunk_layers(chunks: tuple[int, ...] | list[int], pp: int) -> list[list[int]]:
+    """Layer indices held by each stage for explicit layers per chunk (chunk c, holding the
+    next chunks[c] layers in order, on stage c mod pp)."""
+    stages: list[list[int]] = [[] for _ in range(pp)]
+    start = 0
+    for c, n in enumerate(chunks):
+        stages[c % pp].extend(range(start, start + n))
+        start += n
+    return stages
+
+
+def chunks_of_stages(totals: list[int] | tuple[int, ...], vpp: int) -> list[int]:
+    """Layers per virtual stage (pp * vpp, layer order) for given layers per stage: each
+    stage's layers spread over its vpp chunks by stage_layer_counts (the extras to its inner
+    chunks first), the first stage's reversed so its first chunk, beside the embedding, holds
+    the fewest, as the last stage's last chunk does beside the loss (NVIDIA's DeepSeek-V3
+    recipe 'Et|(tt|)*30mL' lightens both end chunks the same way). With stage times linear in
+    a stage's layers (costmodel.pipeline) any spread costs the same; this is the one the
+    split search writes."""
+    pp = len(totals)
+    per = [stage_layer_counts(n, vpp) for n in totals]
+    per[0] = per[0][::-1]
+    return [per[c % pp][c // pp] for c in range(pp * vpp)]
+
+
+def parse_pipeline_layout(text: str) -> list[tuple[int, int, int, int]]:
+    """(embeddings, decoder layers, MTP layers, losses) of each virtual stage of a Megatron
+    pipeline layout string, expanded as Megatron-Core does (NVIDIA/Megatron-LM
+    megatron/core/transformer/pipeline_parallel_layer_layout.py @ 00caa53,
+    PipelineParallelLayerLayout.parse_str_to_list: commas are cosmetic, '(x|y)*n' then 'x*n'
+    unrolled, then split on '|'; E embedding, t decoder layer, m MTP layer, L loss) and checked
+    by its validate_layer_layout rules: E opens the first virtual stage and L closes the last,
+    once each; MTP layers come after every decoder layer. LayoutError otherwise."""
+    import re
+
+    s = text.replace(",", "").replace(" ", "")
+    s = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
+    s = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
+    where = f"pipeline layout '{text}'"
+    if not s or set(s) - set("ELtm|"):
+        raise LayoutError(f"{where}: characters other than E, L, t, m, '|', '(...)*n' and "
+                          "'x*n'")
+    flat = s.replace("|", "")
+    if not flat.startswith("E") or not flat.endswith("L") or flat.count("E") != 1 \
+            or flat.count("L") != 1:
+        raise LayoutError(f"{where}: the embedding E must open the first stage and the loss L "
+                          "close the last, once each")
+    if "m" in flat and "t" in flat[flat.index("m"):]:
+        raise LayoutError(f"{where}: decoder layers (t) must come before the MTP layers (m)")
+    chunks = s.split("|")
+    if not chunks[0].startswith("E"):
+        raise LayoutError(f"{where}: the embedding E must open the first stage")
+    return [(c.count("E"), c.count("t"), c.count("m"), c.count("L")) for c in chunks]
+
+
+def implied_vpp(n_counts: int, pp: int, vpp: int | None) -> int:
+    """Virtual stages per pipeline stage that `n_counts` explicit layer counts state on `pp`
+    stages: vpp (or 1) for one count per stage, vpp for one per virtual stage (n_counts =
+    pp * vpp, Megatron's pipeline layout: vpp must be given, as its string's length is read
+    with --pipeline-model-parallel-size); LayoutError otherwise."""
+    if n_counts == pp:
+        return vpp or 1
+    if vpp and vpp > 1 and n_counts == pp * vpp:
+        return vpp
+    chunks = f" (pp*vpp = {pp * vpp} with vpp {vpp})" if vpp and vpp > 1 else ""
+    raise LayoutError(f"--stage-layers gives {n_counts} stages but --pp is {pp}{chunks}")
+
+
 def stage_layers(num_layers: int, pp: int, vpp: int) -> list[list[int]]:
     """Layer indices held by each stage. vpp > 1 (interleaved): the model is cut into pp * vpp
     contiguous chunks (split as stage_layer_counts does), chunk c on stage c mod pp (Megatron's
     interleaving)."""
-    counts = stage_layer_counts(num_layers, pp * vpp)
-    stages: list[list[int]] = [[] for _ in range(pp)]
-    start = 0
-    for c, n in enumerate(counts):
-        stages[c % pp].extend(range(start, start + n))
-        start += n
-    return stages
+    return chunk_layers(stage_layer_counts(num_layers, pp * vpp), pp)
 
 
 def default_layout(num_gpus: int, cluster_name: str, tp: int, pp: int, dp: int | None = None,

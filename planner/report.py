@@ -235,9 +235,17 @@ def print_estimate(plan: Plan, console: Console) -> None:
     elif plan.layout.pp > 1 and plan.layout.stage_layers:
         from planner.layout import format_stage_layers
 
-        rule = "even rule" if plan.layout.even_split else "uneven"
-        console.print(f"layers per stage ({rule}): "
-                      f"{format_stage_layers(plan.layout.stage_layers)}")
+        lo = plan.layout
+        rule = "even rule" if lo.even_split else "uneven"
+        if lo.virtual_split:  # and Megatron's layout string of the same chunks
+            from planner.launchers.megatron import layout_string
+
+            console.print(f"layers per virtual stage ({rule}): "
+                          f"{format_stage_layers(lo.stage_layers)} "
+                          f"('{layout_string(list(lo.stage_layers))}'), per stage "
+                          f"{format_stage_layers(lo.layers_per_stage)}")
+        else:
+            console.print(f"layers per stage ({rule}): {format_stage_layers(lo.stage_layers)}")
     console.print(
         f"throughput {e.tokens_per_s:,.0f} tokens/s ({e.tokens_per_s_per_gpu:,.0f} per GPU), "
         f"model {e.model_tflops_per_gpu:.1f} TFLOP/s/GPU (MFU {e.mfu:.1%}), "

@@ -98,12 +98,11 @@ class StackFactors(BaseModel):
 
 
 def curve_is_borrowed(profile: GpuProfile) -> bool:
-    """Whether the profile's GEMM curve was measured on another chip (its source says "no <GPU>
-    GEMM sweep / measurement": V100 takes the A100's, GB300 the GB200's, L40S the A100's). A
-    stack factor fitted there absorbs the curve's error as well as the software's, so it is kept
-    for that GPU class only (StackPreset.gpu_factors) and does not travel to other GPUs."""
-    text = str((profile.sources or {}).get("gemm_efficiency", ""))
-    return bool(re.search(r"\bno \S+ GEMM (sweep|measurement)", text))
+    """Whether the profile's GEMM curve was measured on another chip (GpuProfile.gemm_curve_from:
+    V100 takes the A100's, GB300 the GB200's, L40S the A100's). A stack factor fitted there
+    absorbs the curve's error as well as the software's, so it is kept for that GPU class only
+    (StackPreset.gpu_factors) and does not travel to other GPUs."""
+    return profile.gemm_curve_from is not None
 
 
 class ErrorStats(BaseModel):
@@ -149,6 +148,10 @@ class StackPreset(BaseModel):
     layout_defaults: dict[str, int | bool | str] = Field(
         default_factory=dict,
         description="Layout knobs the software fixes (pinned unless a run or the user says).")
+    supports: dict[str, list[int | bool | str]] = Field(
+        default_factory=dict,
+        description="Layout knob values the software can run (a knob absent: any): the search "
+        "leaves the others out (JobSpec.layout_support), estimate warns about them.")
     factors: StackFactors = StackFactors()
     gpu_factors: dict[str, StackFactors] = Field(
         default_factory=dict,
@@ -179,11 +182,25 @@ class StackPreset(BaseModel):
         """JobSpec fields of this stack, refined by its text rules on `text` and `notes` (None:
         no text)."""
         out = self.recipe.job_fields()
+        if self.supports:
+            out["layout_support"] = tuple((k, tuple(v)) for k, v in self.supports.items())
         for rule in self.text_rules:
             hay = (notes if rule.where == "notes" else text) or ""
             flags = 0 if rule.case_sensitive else re.IGNORECASE
             if re.search(rule.pattern, hay, flags):
                 out.update(rule.recipe.job_fields())
+        return out
+
+    def unsupported(self, layout: Any) -> list[str]:
+        """What of `layout` this stack's software cannot run (StackPreset.supports), one line
+        each, citing the preset's source."""
+        out = []
+        for knob, values in self.supports.items():
+            value = getattr(layout, knob)
+            if value not in values:
+                out.append(f"{self.name} runs {knob} {', '.join(map(str, values))} only, not "
+                           f"{knob}={value} (software_stacks/{self.name}.yaml: "
+                           "sources.supports)")
         return out
 
     def job(self, job: JobSpec, text: str | None = "", notes: str | None = "") -> JobSpec:
@@ -238,6 +255,7 @@ class StackPreset(BaseModel):
             "gpu_factors": {k: v.model_dump() for k, v in self.gpu_factors.items()},
             "fitted": self.fitted,
             "provenance": self.provenance.model_dump(),
+            "supports": {k: list(v) for k, v in self.supports.items()},
         }
 
 

@@ -33,8 +33,10 @@ class ScaleDown(BaseModel):
 def scaled_spec(spec: ModelSpec, scale: ScaleDown) -> ModelSpec:
     """The spec with the overrides applied, as the validate model builds it.
 
-    head_dim follows hidden / heads when either is overridden. An MoE or MLA spec becomes its
-    dense, ordinary-attention shape (expert ffn as the MLP): the validate model builds neither."""
+    head_dim follows hidden / heads when either is overridden. An MoE spec with SwiGLU experts and
+    no biases keeps its routed experts (validate.moe; --ffn sets the expert and the dense ffn,
+    shared experts are left out); any other MoE spec, and an MLA one, becomes its dense,
+    ordinary-attention shape (expert ffn as the MLP)."""
     data = spec.model_dump()
     if scale.layers is not None:
         data["num_hidden_layers"] = scale.layers
@@ -55,7 +57,11 @@ def scaled_spec(spec: ModelSpec, scale: ScaleDown) -> ModelSpec:
         data["intermediate_size"] = scale.ffn
     if scale.vocab is not None:
         data["vocab_size"] = scale.vocab
-    if spec.is_moe:
+    if spec.is_moe and spec.activation == "swiglu" and not spec.linear_bias:
+        ffn = scale.ffn or spec.expert_ffn
+        data.update(intermediate_size=scale.ffn or spec.intermediate_size,
+                    moe_intermediate_size=ffn, num_shared_experts=0)
+    elif spec.is_moe:
         data["intermediate_size"] = scale.ffn or spec.expert_ffn
         data.update(num_experts=0, num_experts_per_tok=0, moe_intermediate_size=None,
                     num_shared_experts=0, first_k_dense_replace=0, moe_layer_freq=1)
@@ -118,8 +124,16 @@ def check_supported(model: ModelSpec, layout: Layout, global_batch: int, seq_len
     if layout.cp > 1 and seq_len % (2 * layout.cp):
         out.append(f"cp={layout.cp} needs seq_len ({seq_len}) divisible by 2*cp (torch's "
                    "head-tail load balancing)")
-    if layout.ep > 1:
-        out.append(f"ep={layout.ep}: validate builds dense models only (use ep=1)")
+    if layout.ep > 1 and not model.is_moe:
+        out.append(f"ep={layout.ep} needs a mixture-of-experts model ({model.name} is dense)")
+    elif model.is_moe:
+        # experts over the DP ranks only (validate.moe: expert-TP 1, no CP in the expert groups)
+        if layout.tp > 1 or layout.cp > 1:
+            out.append("a mixture-of-experts model runs with tp=1 and cp=1 in validate (its "
+                       "experts are laid out over the DP ranks)")
+        if layout.dp % layout.ep or model.num_experts % layout.ep:
+            out.append(f"ep={layout.ep} must divide dp ({layout.dp}) and the "
+                       f"{model.num_experts} experts")
     if model.num_attention_heads % layout.tp or model.kv_heads % layout.tp:
         out.append(f"tp={layout.tp} must divide the heads ({model.num_attention_heads}) and the "
                    f"KV heads ({model.kv_heads}) of the model as it runs")

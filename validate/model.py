@@ -5,8 +5,9 @@ global layer index, norm, output) so that pipeline stages are made by deleting w
 not own, and tensor parallelism addresses submodules by name (see parallel.py).
 
 Covers RMSNorm or LayerNorm, RoPE or learned positions, GQA, SwiGLU or GELU MLPs, tied or untied
-embeddings and linear biases. Mixture-of-experts and multi-head latent attention are not built:
-scaled_spec() turns an MoE spec into its dense shape (ffn = the expert ffn) and says so.
+embeddings and linear biases, and routed SwiGLU experts (validate.moe, top-k, dropless) on the
+spec's MoE layers. Multi-head latent attention and shared experts are not built: scaled_spec()
+turns such a spec into what is built and says so.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ class ModelArgs:
     linear_bias: bool
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    experts: int = 0  # routed experts of an MoE layer (0: dense model)
+    top_k: int = 0
+    expert_ffn: int = 0
+    moe_layers: tuple[int, ...] = ()  # indices of the MoE layers
 
     @classmethod
     def from_spec(cls, spec: ModelSpec, seq_len: int) -> ModelArgs:
@@ -51,7 +56,7 @@ class ModelArgs:
             heads=spec.num_attention_heads,
             kv_heads=spec.kv_heads,
             head_dim=spec.head_size,
-            ffn=spec.expert_ffn if spec.is_moe else spec.intermediate_size,
+            ffn=spec.intermediate_size,
             vocab=spec.vocab_size,
             swiglu=spec.activation == "swiglu",
             rmsnorm=spec.norm == "rmsnorm",
@@ -60,6 +65,10 @@ class ModelArgs:
             tied=spec.tie_word_embeddings,
             qkv_bias=spec.attention_bias or spec.linear_bias,
             linear_bias=spec.linear_bias,
+            experts=spec.num_experts if spec.is_moe else 0,
+            top_k=spec.num_experts_per_tok if spec.is_moe else 0,
+            expert_ffn=spec.expert_ffn if spec.is_moe else 0,
+            moe_layers=tuple(i for i in range(spec.num_hidden_layers) if spec.is_moe_layer(i)),
         )
 
 
@@ -186,12 +195,18 @@ class Embeddings(nn.Module):
 class TransformerBlock(nn.Module):
     """Pre-norm block: x + attn(norm(x)), then + mlp(norm(x))."""
 
-    def __init__(self, args: ModelArgs) -> None:
+    def __init__(self, args: ModelArgs, moe: bool = False) -> None:
         super().__init__()
         self.attention_norm = _norm(args)
         self.attention = Attention(args)
         self.ffn_norm = _norm(args)
-        self.feed_forward = FeedForward(args)
+        if moe:
+            from .moe import MoEFeedForward
+
+            self.feed_forward: nn.Module = MoEFeedForward(args.hidden, args.expert_ffn,
+                                                          args.experts, args.top_k)
+        else:
+            self.feed_forward = FeedForward(args)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x + self.attention(self.attention_norm(x))
@@ -206,7 +221,8 @@ class Transformer(nn.Module):
         super().__init__()
         self.args = args
         self.embed: Embeddings | None = Embeddings(args)
-        blocks = {str(i): TransformerBlock(args) for i in range(args.num_layers)}
+        blocks = {str(i): TransformerBlock(args, i in args.moe_layers)
+                  for i in range(args.num_layers)}
         self.layers = nn.ModuleDict(blocks)
         self.norm: nn.Module | None = _norm(args)
         self.output: nn.Linear | None = nn.Linear(args.hidden, args.vocab, bias=False)
@@ -222,7 +238,7 @@ class Transformer(nn.Module):
         for name, p in self.named_parameters():
             if p.ndim == 1:
                 nn.init.ones_(p) if name.endswith("norm.weight") else nn.init.zeros_(p)
-            elif name.endswith(("wo.weight", "w2.weight")):
+            elif name.endswith(("wo.weight", "w2.weight", "feed_forward.w2")):  # w2: experts
                 nn.init.normal_(p, std=std / math.sqrt(2 * self.args.num_layers))
             else:
                 nn.init.normal_(p, std=std)

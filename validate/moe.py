@@ -9,7 +9,8 @@ local experts on what it received, and sends the outputs back (combine), where t
 by the router's probabilities and summed per token. The alltoall dispatcher of
 planner.costmodel.moe, with expert-TP 1.
 
-Not yet wired into `planner validate` (its Transformer builds MoE specs dense); the dist test
+`planner validate` builds it for MoE specs (validate.model) and lays it out with
+localize() over the EP groups of the DP ranks (validate.parallel.apply_ep); the dist test
 tests/dist/test_moe_ep.py trains this layer with EP on 4 CPU processes and checks its losses
 against one process.
 """
@@ -40,6 +41,21 @@ class MoEFeedForward(nn.Module):
         self.w3 = nn.Parameter(torch.empty(self.local, hidden, ffn))  # up
         self.w2 = nn.Parameter(torch.empty(self.local, ffn, hidden))  # down
 
+    def localize(self, group: dist.ProcessGroup, rank: int, size: int) -> None:
+        """Keep only this EP rank's experts (rank of `size` in `group`) of a layer built whole."""
+        if self.experts % size:
+            raise ValueError(f"{size} EP ranks do not divide {self.experts} experts")
+        local = self.experts // size
+        sl = slice(rank * local, (rank + 1) * local)
+        self.w1 = nn.Parameter(self.w1.detach()[sl].clone())
+        self.w3 = nn.Parameter(self.w3.detach()[sl].clone())
+        self.w2 = nn.Parameter(self.w2.detach()[sl].clone())
+        self.group, self.size, self.local, self.first = group, size, local, rank * local
+
+    def expert_params(self) -> list[nn.Parameter]:
+        """This rank's expert weights (not replicated over the EP group)."""
+        return [self.w1, self.w3, self.w2]
+
     def load_experts(self, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor) -> None:
         """Take this rank's slice of the full (E, ...) expert weights."""
         sl = slice(self.first, self.first + self.local)
@@ -64,7 +80,7 @@ class MoEFeedForward(nn.Module):
         x = x.reshape(-1, shape[-1])
         probs = F.softmax(self.router(x), dim=-1)
         weight, expert = probs.topk(self.top_k, dim=-1)  # (T, k)
-        token = torch.arange(x.shape[0]).repeat_interleave(self.top_k)
+        token = torch.arange(x.shape[0], device=x.device).repeat_interleave(self.top_k)
         expert = expert.reshape(-1)
         order = torch.argsort(expert, stable=True)  # copies grouped by owning rank
         token, expert = token[order], expert[order]

@@ -148,17 +148,59 @@ def apply_recompute(module: Transformer, mode: str) -> None:
 
 
 def apply_dp(module: Transformer, dp_mesh: DeviceMesh, zero: int) -> None:
-    """FSDP2 (zero 1-3) or FSDP2's replicate (zero 0) per block and on the stage root."""
+    """FSDP2 (zero 1-3) or FSDP2's replicate (zero 0) per block and on the stage root; routed
+    experts left out (ignored_params: each EP rank holds its own, sync_expert_grads reduces
+    them)."""
     blocks = list(module.layers.values())
+    ignored = set(expert_params([module])) or None
     if zero == 0:
         for block in blocks:
-            replicate(block, mesh=dp_mesh)
-        replicate(module, mesh=dp_mesh)
+            replicate(block, mesh=dp_mesh, ignored_params=ignored)
+        replicate(module, mesh=dp_mesh, ignored_params=ignored)
         return
     reshard = zero == 3
     for block in blocks:
-        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard)
-    fully_shard(module, mesh=dp_mesh, reshard_after_forward=reshard)
+        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, ignored_params=ignored)
+    fully_shard(module, mesh=dp_mesh, reshard_after_forward=reshard, ignored_params=ignored)
+
+
+def expert_params(modules: Sequence[nn.Module]) -> list[nn.Parameter]:
+    """The routed experts' weights of the modules (validate.moe.MoEFeedForward)."""
+    from .moe import MoEFeedForward
+
+    return [p for m in modules for sub in m.modules() if isinstance(sub, MoEFeedForward)
+            for p in sub.expert_params()]
+
+
+def build_expert_mesh(layout: Layout, device_type: str) -> DeviceMesh:
+    """The expert layout of the DP ranks (planner.layout's folding with tp = cp = 1: expert-TP 1,
+    EP innermost, then the expert-data-parallel replicas): dims ("pp", "edp", "ep")."""
+    shape = (layout.pp, layout.dp // layout.ep, layout.ep)
+    return init_device_mesh(device_type, shape, mesh_dim_names=("pp", "edp", "ep"))
+
+
+def apply_ep(module: Transformer, ep_mesh: DeviceMesh) -> None:
+    """Keep this rank's experts of every MoE layer; tokens go to their experts' ranks over the
+    EP group (all_to_all_single)."""
+    from .moe import MoEFeedForward
+
+    group, rank, size = ep_mesh.get_group(), ep_mesh.get_local_rank(), ep_mesh.size()
+    for sub in module.modules():
+        if isinstance(sub, MoEFeedForward):
+            sub.localize(group, rank, size)
+
+
+def sync_expert_grads(params: Sequence[nn.Parameter], edp_group: dist.ProcessGroup | None,
+                      dp: int) -> None:
+    """The experts' gradients of the whole global batch: each is already summed over the EP
+    ranks that routed to it (the combine's backward); summed over the expert-DP replicas and
+    divided by dp, as FSDP averages the other gradients over the DP ranks."""
+    for p in params:
+        if p.grad is None:
+            continue
+        if edp_group is not None and dist.get_world_size(edp_group) > 1:
+            dist.all_reduce(p.grad, group=edp_group)
+        p.grad /= dp
 
 
 def set_microbatch_sync(module: nn.Module, zero: int, last: bool) -> None:
@@ -194,16 +236,23 @@ def sq_norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return total
 
 
-def grad_norm(modules: Sequence[nn.Module], pp_group: dist.ProcessGroup | None) -> float:
-    """L2 norm of all gradients of the model, across tensor, data and pipeline parallelism."""
+def grad_norm(modules: Sequence[nn.Module], pp_group: dist.ProcessGroup | None,
+              ep_group: dist.ProcessGroup | None = None) -> float:
+    """L2 norm of all gradients of the model, across tensor, data, expert and pipeline
+    parallelism (the routed experts' squares summed over the EP group: each rank holds its own)."""
+    experts = {id(p) for p in expert_params(modules)} if ep_group is not None else set()
     seen: set[int] = set()
-    grads = []
+    grads, expert_grads = [], []
     for m in modules:
         for p in m.parameters():
             if p.grad is not None and id(p) not in seen:
                 seen.add(id(p))
-                grads.append(p.grad)
+                (expert_grads if id(p) in experts else grads).append(p.grad)
     total = sq_norm(grads)
+    if experts:
+        local = sq_norm(expert_grads).to(_group_device(ep_group))
+        dist.all_reduce(local, group=ep_group)
+        total = total + local.cpu()
     if pp_group is not None and dist.get_world_size(pp_group) > 1:
         dev_total = total.to(_group_device(pp_group))
         dist.all_reduce(dev_total, group=pp_group)

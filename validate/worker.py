@@ -35,15 +35,19 @@ from .model import ModelArgs, Transformer, cross_entropy, set_positions, synthet
 from .parallel import (
     PipelineStage,
     apply_dp,
+    apply_ep,
     apply_recompute,
     apply_tp,
+    build_expert_mesh,
     build_mesh,
     build_schedule,
+    expert_params,
     grad_norm,
     local_stage_ids,
     set_microbatch_sync,
     stage_layer_ranges,
     stage_module,
+    sync_expert_grads,
 )
 from .records import LAUNCHED_ENV, environment, failure_fields, one_line
 
@@ -125,8 +129,12 @@ class Trainer:
         ranges = stage_layer_ranges(full.args.num_layers, num_stages, layout.stage_layers)
         self.stage_ids = local_stage_ids(layout, self.pp_rank)
         self.modules: list[Transformer] = []
+        # experts over the DP ranks (MoE; ep 1 keeps every expert, reduced over all of dp)
+        self.expert_mesh = build_expert_mesh(layout, device.type) if full.args.experts else None
         for sid in self.stage_ids:
             module = stage_module(full, ranges[sid], sid == 0, sid == num_stages - 1)
+            if self.expert_mesh is not None and layout.ep > 1:
+                apply_ep(module, self.expert_mesh["ep"])
             module.to(device)
             if layout.tp > 1:
                 apply_tp(module, self.mesh["tp"], layout.sp)
@@ -194,7 +202,12 @@ class Trainer:
                                    losses=losses if self.has_last else None)
                 if self.has_last:
                     loss_sum += float(torch.stack([x.detach().float() for x in losses]).mean())
-        norm = grad_norm(self.modules, self.pp_group) if want_grad_norm else None
+        if self.expert_mesh is not None:
+            edp = self.expert_mesh["edp"].get_group() if self.layout.dp > self.layout.ep else None
+            sync_expert_grads(expert_params(self.modules), edp, self.layout.dp)
+        ep_group = self.expert_mesh["ep"].get_group() if self.expert_mesh is not None and \
+            self.layout.ep > 1 else None
+        norm = grad_norm(self.modules, self.pp_group, ep_group) if want_grad_norm else None
         self.optimizer.step()
         return self._global_mean_loss(loss_sum), norm
 

@@ -65,8 +65,9 @@ def estimate_cmd(
     model_spec, cluster_spec, job, pins = inputs.model, inputs.cluster, inputs.job, inputs.pins
     run_in, counts = inputs.economics, inputs.stage_layers
     pp = pins.get("pp", len(counts) or None)
-    if not counts and inputs.config is not None and len(inputs.config.imported.stage_layers) == pp:
-        counts = inputs.config.imported.stage_layers  # the config's uneven split (vpp 1)
+    own = inputs.config.imported.stage_layers if inputs.config is not None else ()
+    if not counts and own and len(own) in (pp, pp * pins.get("vpp", 1)):
+        counts = own  # the config's uneven split (per stage, or per virtual stage)
     if "tp" not in pins or pp is None:
         raise LayoutError("estimate needs --tp and --pp (use `planner solve` to search them)")
     # what the stack cannot change, where the user did not say
@@ -86,7 +87,8 @@ def estimate_cmd(
     from planner import report
     from planner.costmodel.checks import layout_warnings, plan_warnings
 
-    for line in layout_warnings(cluster_spec, layout) + plan_warnings(cluster_spec, job, plan):
+    for line in (layout_warnings(cluster_spec, layout) + plan_warnings(cluster_spec, job, plan)
+                 + inputs.stack.unsupported(layout)):
         typer.echo(f"warning: {line}", err=True)
 
     if csv is not None:

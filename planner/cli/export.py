@@ -106,8 +106,10 @@ def export_cmd(
     knobs = [k for k in KNOBS if k != "etp"]  # etp defaults to the TP size
     if all(k in pins for k in knobs):
         counts = resolved.imported.stage_layers if resolved is not None else ()
+        if len(counts) not in (pins["pp"], pins["pp"] * pins["vpp"]):
+            counts = ()  # per stage, or per virtual stage (the config's pipeline layout)
         layout = Layout(**{k: pins[k] for k in knobs}, etp=pins.get("etp", 0),
-                        stage_layers=counts if len(counts) == pins["pp"] else ())
+                        stage_layers=counts)
         if own_split is not None and own_split(layout, model_spec.num_hidden_layers) != layout:
             layout = own_split(layout, model_spec.num_hidden_layers)
             print(f"note: {to.value}: the stages as the launcher splits them ({layout})",

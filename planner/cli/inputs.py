@@ -26,6 +26,7 @@ from planner.cli.options import (
     check_lr_options,
     economics_inputs,
     layout_pins,
+    layout_string_pins,
     parse_stage_layers,
     stack_pins,
 )
@@ -95,6 +96,7 @@ def resolve_inputs(ctx: typer.Context, *, pools: bool = False,
     opt = ctx.params
     preset = resolve_stack(opt.get("stack"))
     flags = layout_pins(**{k: opt.get(k) for k in LAYOUT_KNOB_OPTIONS})
+    flags |= layout_string_pins(opt.get("stage_layers"), flags)  # 'Et|(tt|)*30mL': pp, vpp
     pins = stack_pins(preset, flags) if pin_stack else flags
     recipe = {k: opt.get(k) for k in RECIPE_OPTIONS}
     model, cluster, job, current, resolved = inputs(

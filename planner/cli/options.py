@@ -232,7 +232,8 @@ StackOpt = Annotated[
 StageLayersOpt = Annotated[
     str | None,
     typer.Option("--stage-layers", metavar="L1,L2,...",
-                 help="Layers per pipeline stage, first to last (pins pp; e.g. 7,8,...,8,7)."),
+                 help="Layers per pipeline stage, first to last (pins pp; e.g. 7,8,...,8,7); "
+                 "with --vpp, per virtual stage, or Megatron's layout string 'Et|(tt|)*30mL'."),
 ]
 EvenStagesOpt = Annotated[
     bool,
@@ -278,15 +279,46 @@ def layout_pins(**values: Any) -> dict[str, Any]:
     return out
 
 
+def is_layout_string(text: str | None) -> bool:
+    """Whether --stage-layers is a Megatron pipeline layout string ('Et|(tt|)*30mL')."""
+    return text is not None and any(c in text for c in "EL|t")
+
+
+def layout_string_pins(text: str | None, pins: dict[str, Any]) -> dict[str, Any]:
+    """pp and vpp a --stage-layers layout string states with the pins typed: its virtual
+    stages are pp x vpp (--pp, else --vpp, else one a stage, as Megatron's
+    --pipeline-model-parallel-size reads it); {} for counts."""
+    if not is_layout_string(text):
+        return {}
+    from planner.errors import SpecError
+
+    n = len(parse_stage_layers(text))
+    pp = pins.get("pp") or n // (pins.get("vpp") or 1)
+    if not pp or n % pp or ("vpp" in pins and pins["vpp"] * pp != n):
+        raise SpecError(f"--stage-layers '{text}' has {n} virtual stages, not pp x vpp = "
+                        f"{pins.get('pp', '?')} x {pins.get('vpp', '?')}")
+    return {"pp": pp, "vpp": n // pp}
+
+
 def parse_stage_layers(text: str | None) -> tuple[int, ...]:
     """--stage-layers '7,8,8,7' -> (7, 8, 8, 7); a run may be written COUNTxREPEAT as the
-    tables print it ('7,8x14,7' = 7, fourteen 8s, 7). SpecError (exit 2) when malformed."""
+    tables print it ('7,8x14,7' = 7, fourteen 8s, 7); with vpp > 1 one count per virtual stage
+    (a chunk may hold 0), or Megatron's pipeline layout string ('Et|(tt|)*30mL': the decoder
+    layers t of each virtual stage, planner.layout.parse_pipeline_layout). SpecError (exit 2)
+    when malformed."""
     if text is None:
         return ()
     import re
 
-    from planner.errors import SpecError
+    from planner.errors import LayoutError, SpecError
 
+    if is_layout_string(text):
+        from planner.layout import parse_pipeline_layout
+
+        try:
+            return tuple(t for _, t, _, _ in parse_pipeline_layout(text))
+        except LayoutError as e:
+            raise SpecError(f"--stage-layers: {e}") from None
     counts: list[int] = []
     for part in (p.strip() for p in text.split(",")):
         m = re.fullmatch(r"(\d+)(?:\s*[xX*]\s*(\d+))?", part)
@@ -294,7 +326,7 @@ def parse_stage_layers(text: str | None) -> tuple[int, ...]:
             raise SpecError(f"--stage-layers '{text}': expected positive integers joined by "
                             "commas (e.g. 7,8,8,7 or 7,8x14,7)")
         counts += [int(m.group(1))] * (int(m.group(2)) if m.group(2) else 1)
-    if min(counts) < 1:
+    if len(counts) == 1 or sum(counts) < 1:  # one stage, or no layer: never a pipeline split
         raise SpecError(f"--stage-layers '{text}': every stage needs at least one layer")
     return tuple(counts)
 

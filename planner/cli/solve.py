@@ -135,7 +135,7 @@ def solve_cmd(
             from planner.cli.solve_config import compare_config
 
             plans, comparison = compare_config(model_spec, cluster_spec, job, pins, inputs.pins,
-                                               top)
+                                               top, inputs.config.imported.stage_layers)
             tied_total = sum(p.tied_with_best for p in plans)
         else:
             result = search(model_spec, cluster_spec, job, pins, top_k=top,
@@ -149,7 +149,8 @@ def solve_cmd(
     from planner import report
     from planner.costmodel.checks import plan_warnings
 
-    for line in plan_warnings(cluster_spec, job, plans[0]) if plans else []:
+    for line in (plan_warnings(cluster_spec, job, plans[0]) + inputs.stack.unsupported(
+            plans[0].layout)) if plans else []:
         typer.echo(f"warning: {line}", err=True)
     if export is not None:
         from planner.cli.launcher_options import first_runnable

@@ -20,13 +20,18 @@ def current_layout(pins: dict[str, Any], num_gpus: int) -> Layout:
 
 def compare_config(model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                    search_pins: dict[str, Any], current_pins: dict[str, Any],
-                   top: int) -> tuple[list, Comparison]:
+                   top: int, stage_layers: tuple[int, ...] = ()) -> tuple[list, Comparison]:
     """The top plans (searching every knob not typed on the command line) and the comparison of
-    the config's layout with the whole space."""
+    the config's layout, with its own layers per stage or virtual stage (`stage_layers`, the
+    config's uneven split), with the whole space."""
+    from dataclasses import replace
+
     from planner.costmodel import estimate
     from planner.search import search
 
     layout = current_layout(current_pins, cluster.num_gpus)
+    if len(stage_layers) in (layout.pp, layout.pp * layout.vpp):
+        layout = replace(layout, stage_layers=tuple(stage_layers))
     current = estimate(model, cluster, job, layout)
     result = search(model, cluster, job, search_pins, top_k=top)
     return result.plans(), compare(result.space, layout, current.step_time_s, current.fits)

@@ -189,6 +189,8 @@ def estimate_placed(model: ModelSpec, cluster: ClusterSpec | PooledCluster, job:
         placed, cols = estimate_pooled(model, cluster, job, layout)
         return placed, Estimate.from_batch(cols, 0)
     est = estimate(model, cluster, job, layout)
+    if layout.virtual_split:  # layers per virtual stage: written out already
+        return layout, est
     counts = pipeline.stage_counts(model.num_hidden_layers, layout.pp, layout.vpp,
                                    layout.stage_layers)
     return replace(layout, stage_layers=tuple(counts)), est

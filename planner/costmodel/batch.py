@@ -215,7 +215,10 @@ def _stage_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs
     over the stages is the time of one extra column holding the whole model."""
     gpu, kind, s = cluster.gpu, job.attention, job.seq_len
     n_moe = sum(model.is_moe_layer(i) for i in range(model.num_hidden_layers))
-    whole = {"n_dense": model.num_hidden_layers - n_moe, "n_moe": n_moe, "emb": 1, "head": 1}
+    mtp = model.num_nextn_predict_layers  # MTP modules: layers like the last (pipeline)
+    last_moe = mtp * model.is_moe_layer(model.num_hidden_layers - 1)
+    whole = {"n_dense": model.num_hidden_layers - n_moe + mtp - last_moe,
+             "n_moe": n_moe + last_moe, "emb": 1, "head": 1, "mtp": mtp}
     st = {k: np.concatenate([v, np.full((v.shape[0], 1), whole.get(k, 0), dtype=float)],
                             axis=1) for k, v in st.items()}
     keys, flash, prec = s / x.cp, kind != "unfused", job.precision
@@ -491,27 +494,10 @@ def stage_costs(
     """(seconds per micro-batch, peak bytes on one GPU) of every given stage (rows of `stages`,
     the same for every layout) under each layout, as (layouts, stages) arrays: the terms the
     assembly takes the slowest and the most loaded of. The split search reads its tables here."""
-    x, st, t = _given_stages(model, cluster, job, layouts, stages)
-    return t.total, _stage_memory(model, cluster, job, x, st, t).total
-
-
-def stage_times(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    job: JobSpec,
-    layouts: Sequence[Layout] | Mapping[str, Any],
-    stages: pipeline.StageFeatures,
-) -> np.ndarray:
-    """stage_costs' seconds per micro-batch alone (the split search's bound reads no memory)."""
-    return _given_stages(model, cluster, job, layouts, stages)[2].total
-
-
-def _given_stages(model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
-                  layouts: Sequence[Layout] | Mapping[str, Any], stages: pipeline.StageFeatures
-                  ) -> tuple[_Knobs, dict[str, np.ndarray], _StageTimes]:
     lo = layout_arrays(layouts)
     n = len(lo["tp"])
     st = {name: np.broadcast_to(getattr(stages, name), (n, len(stages.index)))
           for name in pipeline.StageFeatures.__dataclass_fields__}
     x = _Knobs.of(lo, job, model)
-    return x, st, _stage_times(model, cluster, job, x, st)
+    t = _stage_times(model, cluster, job, x, st)
+    return t.total, _stage_memory(model, cluster, job, x, st, t).total

@@ -129,21 +129,30 @@ def interleave_batch_allowed(pp: int, vpp: int, grad_accum: int) -> bool:
 
 
 def stage_layers_violations(num_layers: int, layout: Layout) -> list[str]:
-    """Problems of explicit per-stage layer counts: one count per stage, each at least 1,
-    summing to the layers; uneven counts only with plain 1F1B (vpp 1: interleaved chunks are
-    split by the even rule)."""
+    """Problems of explicit layer counts: one count per stage (each at least 1; uneven counts
+    only with plain 1F1B), or with vpp > 1 one per virtual stage (Megatron's
+    --pipeline-model-parallel-layout: a chunk may hold no decoder layer, as Megatron builds
+    empty stages, but every pipeline stage holds a layer or, the first and the last, the
+    embedding or the loss); the counts sum to the layers."""
     counts = layout.stage_layers
     if not counts:
         return []
     out = []
-    if len(counts) != layout.pp:
-        out.append(f"--stage-layers gives {len(counts)} stages but pp={layout.pp}")
-    if min(counts) < 1:
+    if layout.virtual_split:
+        per_stage = layout.layers_per_stage
+        if min(counts) < 0 or min(per_stage[1:-1], default=1) < 1:
+            out.append("--stage-layers: every pipeline stage but the first and the last (the "
+                       "embedding's, the loss's) needs at least one layer")
+    elif len(counts) != layout.pp:
+        chunks = f" or pp*vpp={layout.pp * layout.vpp}" if layout.vpp > 1 else ""
+        out.append(f"--stage-layers gives {len(counts)} stages but pp={layout.pp}{chunks}")
+    elif min(counts) < 1:
         out.append("--stage-layers: every stage needs at least one layer")
     if sum(counts) != num_layers:
         out.append(f"--stage-layers sums to {sum(counts)} layers, the model has {num_layers}")
-    if not out and layout.vpp > 1 and not layout.even_split:
-        out.append("uneven --stage-layers needs vpp=1 (interleaved chunks follow the even rule)")
+    if not out and layout.vpp > 1 and not layout.virtual_split and not layout.even_split:
+        out.append("uneven --stage-layers with vpp > 1 gives the layers of every virtual stage "
+                   "(pp*vpp counts, or a Megatron layout string 'Et*3|(t*4|)*14|t*2L')")
     return out
 
 
@@ -182,10 +191,11 @@ def layout_violations(
     if lo.vpp > 1:
         if lo.pp == 1:
             out.append(f"vpp={lo.vpp} needs pp > 1 (interleaving splits pipeline stages)")
-        elif not vpp_allowed(L, lo.pp, lo.vpp):
+        elif not lo.virtual_split and not vpp_allowed(L, lo.pp, lo.vpp):
             out.append(
                 f"pp*vpp = {lo.pp * lo.vpp} model chunks divide neither the {L} layers nor "
-                f"the layers + 2 (embedding and loss each taking a chunk's slot)"
+                f"the layers + 2 (embedding and loss each taking a chunk's slot); give every "
+                f"virtual stage's layers (--stage-layers, Megatron's pipeline layout)"
             )
     out += stage_layers_violations(L, lo)
     per_step = lo.mbs * lo.dp

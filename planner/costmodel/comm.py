@@ -237,7 +237,7 @@ def tp_stage_time(cluster: ClusterSpec, model, stages, tokens, tp, sp, recompute
     tp_mb = (
         st["n_dense"] * tp_dense[col]
         + st["n_moe"] * tp_moe[col]
-        + (st["emb"] + st["head"]) * tp_one[col]
+        + (st["emb"] + st["head"] + st["mtp"]) * tp_one[col]
     )
     return tp_mb, tp_one
 

@@ -305,7 +305,7 @@ def stage_compute_time(
     fwd = (
         st["n_dense"] * dense.total[col]
         + st["n_moe"] * moe.total[col]
-        + st["head"] * head_s[col]
+        + (st["head"] + st["mtp"]) * head_s[col]  # an MTP module: one more head pass
         + st["emb"] * emb_s[col]
     )
     layers = st["n_dense"] + st["n_moe"]

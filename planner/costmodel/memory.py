@@ -395,7 +395,7 @@ def stage_activation_bytes(model: ModelSpec, stages, tokens, tp, sp, recompute, 
     return (
         per_mb_layers * flight
         + st["emb"] * (emb_extra[col] * flight)
-        + st["head"] * head_extra[col]
+        + (st["head"] + st["mtp"]) * head_extra[col]  # an MTP module's logits as well
         + np.where(layers > 0, working[col], 0.0)
     )
 

@@ -14,7 +14,12 @@ from typing import Literal
 
 import numpy as np
 
-from planner.layout import stage_layer_counts, stage_layers  # noqa: F401 - the even rule, with Layout
+from planner.layout import (  # noqa: F401 - the even rule, with Layout
+    chunk_layers,
+    chunk_totals,
+    stage_layer_counts,
+    stage_layers,
+)
 from planner.specs import ModelSpec
 
 Schedule = Literal["1f1b", "gpipe"]
@@ -37,6 +42,11 @@ class StageFeatures:
     p_expert: np.ndarray  # routed-expert parameters on the stage (all EP x TP ranks together)
     max_layer_params: np.ndarray  # non-expert params of the stage's largest layer (ZeRO-3 unit)
     max_layer_experts: np.ndarray  # routed-expert params of its largest MoE layer
+    # multi-token-prediction modules on the stage (the last, as Megatron-Core places them
+    # without a layout: mtp_standalone off): each one more layer like the last (counted in
+    # n_dense / n_moe), a 2h -> h projection and norms (in p_dense) and one more pass through
+    # the shared LM head and loss (ModelSpec.mtp_params, mtp_flops_per_token)
+    mtp: np.ndarray
 
 
 def split_layers(counts: Sequence[int]) -> list[list[int]]:
@@ -50,8 +60,11 @@ def split_layers(counts: Sequence[int]) -> list[list[int]]:
 
 def stage_counts(num_layers: int, pp: int, vpp: int = 1,
                  counts: Sequence[int] = ()) -> list[int]:
-    """Layers per pipeline stage of a plan: the explicit counts, or the even rule's
+    """Layers per pipeline stage of a plan: the explicit counts (per stage, or per virtual stage
+    when there are pp * vpp of them: each stage's chunks together), or the even rule's
     (stage_layers; with vpp > 1 each stage's chunks together)."""
+    if counts and vpp > 1 and len(counts) == pp * vpp:
+        return chunk_totals(counts, pp)
     if counts:
         return list(counts)
     return [len(s) for s in stage_layers(num_layers, pp, vpp)]
@@ -59,7 +72,7 @@ def stage_counts(num_layers: int, pp: int, vpp: int = 1,
 
 def _stage_row(model: ModelSpec, idx: int, pp: int, layers: Sequence[int]) -> tuple:
     """(index, n_dense, n_moe, emb, head, p_dense, p_expert, max_layer_params,
-    max_layer_experts) of stage idx holding `layers` (StageFeatures' fields)."""
+    max_layer_experts, mtp) of stage idx holding `layers` (StageFeatures' fields)."""
     expert_params = model.num_experts * model.mlp_params(model.expert_ffn) if model.is_moe else 0
     moe_flags = [model.is_moe_layer(i) for i in layers]
     n_moe = sum(moe_flags)
@@ -81,8 +94,15 @@ def _stage_row(model: ModelSpec, idx: int, pp: int, layers: Sequence[int]) -> tu
         tied_copy = model.tie_word_embeddings and pp > 1
         p_dense += model.lm_head_params + model.final_norm_params
         p_dense += model.vocab_size * model.hidden_size if tied_copy else 0
-    return (idx, n_dense, n_moe, emb, head, p_dense, n_moe * expert_params, max_layer,
-            max_experts)
+    mtp = model.num_nextn_predict_layers if head else 0
+    p_expert = n_moe * expert_params
+    if mtp:
+        last = model.num_hidden_layers - 1
+        experts = expert_params if model.is_moe_layer(last) else 0
+        n_moe, n_dense = (n_moe + mtp, n_dense) if experts else (n_moe, n_dense + mtp)
+        p_dense += model.mtp_params - mtp * experts
+        p_expert += mtp * experts
+    return (idx, n_dense, n_moe, emb, head, p_dense, p_expert, max_layer, max_experts, mtp)
 
 
 def _features(rows: list[tuple], prune: bool = True) -> StageFeatures:
@@ -99,10 +119,17 @@ def _features(rows: list[tuple], prune: bool = True) -> StageFeatures:
 
 def stage_features(model: ModelSpec, pp: int, vpp: int,
                    counts: Sequence[int] = (), prune: bool = True) -> StageFeatures:
-    """Candidate (non-dominated) stages of the (pp, vpp) split, or of the explicit per-stage
-    layer counts (vpp 1), with their counts; every stage when not `prune` (stages on different
+    """Candidate (non-dominated) stages of the (pp, vpp) split, or of the explicit layer counts
+    (per stage, or per virtual stage when there are pp * vpp of them: Megatron's pipeline
+    layout, chunk c on stage c mod pp, the embedding on chunk 0 and the loss on the last, both
+    on their stages), with their counts; every stage when not `prune` (stages on different
     GPUs: a stage with fewer layers may still be the slowest)."""
-    layers = split_layers(counts) if counts else stage_layers(model.num_hidden_layers, pp, vpp)
+    if counts and vpp > 1 and len(counts) == pp * vpp:
+        layers = chunk_layers(counts, pp)
+    elif counts:
+        layers = split_layers(counts)
+    else:
+        layers = stage_layers(model.num_hidden_layers, pp, vpp)
     return _features([_stage_row(model, idx, pp, ls) for idx, ls in enumerate(layers)], prune)
 
 
@@ -124,7 +151,7 @@ def count_features(model: ModelSpec, pp: int, max_layers: int) -> StageFeatures:
         one = np.array(_stage_row(model, i, pp, [0]), dtype=float)
         two = np.array(_stage_row(model, i, pp, [0, 1]), dtype=float) if max_layers > 1 else one
         step = two - one
-        step[[0, 3, 4, 7, 8]] = 0.0  # index, emb, head, largest layer / experts: fixed
+        step[[0, 3, 4, 7, 8, 9]] = 0.0  # index, emb, head, largest layer / experts, MTP: fixed
         rows.extend(one + (n - 1) * step for n in range(1, max_layers + 1))
     cols = np.array(rows).T
     return StageFeatures(*cols)
@@ -238,11 +265,18 @@ def simulate(pp: int, vpp: int, m: int, fwd_s, bwd_s, send_s: float = 0.0,
              schedule: Schedule = "1f1b", blocking_sends: bool = True) -> list[Slot]:
     """Times schedule_order: each stage runs its passes in order, a pass starts when the stage
     is free and its input has arrived (the previous virtual stage's forward, the next one's
-    backward, send_s later). fwd_s / bwd_s are one chunk's pass times, one number or one per
-    stage; with blocking sends the sender is busy for send_s after each pass that sends (plain
-    1F1B, Megatron without overlap_p2p_comm)."""
-    fwd = [float(f) for f in np.broadcast_to(np.asarray(fwd_s, dtype=float), (pp,))]
-    bwd = [float(b) for b in np.broadcast_to(np.asarray(bwd_s, dtype=float), (pp,))]
+    backward, send_s later). fwd_s / bwd_s are one chunk's pass times: one number, one per
+    stage, or (vpp > 1) one per virtual stage, pp * vpp of them in layer order (chunk c on stage
+    c mod pp: an uneven pipeline layout's chunks); with blocking sends the sender is busy for
+    send_s after each pass that sends (plain 1F1B, Megatron without overlap_p2p_comm)."""
+
+    def per_virtual(x) -> list[float]:
+        a = np.asarray(x, dtype=float)
+        if a.ndim and a.size == pp * vpp and vpp > 1:
+            return [float(t) for t in a]
+        return [float(t) for t in np.tile(np.broadcast_to(a, (pp,)), vpp)]
+
+    fwd, bwd = per_virtual(fwd_s), per_virtual(bwd_s)
     order = schedule_order(pp, vpp, m, schedule)
     last_v = pp * vpp - 1
     done: dict[tuple[str, int, int], float] = {}  # (kind, mb, virtual stage) -> arrival time
@@ -264,7 +298,7 @@ def simulate(pp: int, vpp: int, m: int, fwd_s, bwd_s, send_s: float = 0.0,
                     break
                 ready = done[dep] if dep is not None else 0.0
                 start = max(free[s], ready)
-                end = start + (fwd[s] if op.kind == "F" else bwd[s])
+                end = start + (fwd[v] if op.kind == "F" else bwd[v])
                 sends = (op.kind == "F" and v < last_v) or (op.kind == "B" and v > 0)
                 hop = send_s if sends else 0.0
                 done[(op.kind, op.microbatch, v)] = end + hop if sends else end

@@ -276,20 +276,21 @@ def apply_chunks(imported: Imported, layers: int, pins: dict[str, Any],
                  chunks: list[int], what: str) -> None:
     """A config's pipeline split (`chunks`: decoder layers of each of the pp x vpp chunks, in
     layer order) as the planner's: nothing when it is the planner's even rule
-    (costmodel.pipeline.stage_layer_counts), Imported.stage_layers with vpp 1 and a layer or more
-    a stage, and SpecError naming both splits otherwise (the planner costs interleaved chunks
-    only by its even rule). `what` names the config's statement of the split."""
+    (costmodel.pipeline.stage_layer_counts), else Imported.stage_layers: one count per stage
+    with vpp 1 (a layer or more each), one per virtual stage with vpp > 1 (a chunk may hold
+    none, every stage but the end ones a layer: checks.stage_layers_violations). SpecError
+    naming the split otherwise. `what` names the config's statement of the split."""
+    from planner.costmodel.checks import stage_layers_violations
     from planner.costmodel.pipeline import stage_layer_counts
-    from planner.layout import format_stage_layers
+    from planner.layout import Layout, format_stage_layers
 
     pp, vpp = pins.get("pp", 1), pins.get("vpp", 1)
-    even_rule = stage_layer_counts(layers, pp * vpp)
-    if list(chunks) == even_rule:
+    if list(chunks) == stage_layer_counts(layers, pp * vpp):
         return
-    if vpp == 1 and min(chunks) >= 1:
-        imported.stage_layers = tuple(chunks)
-        return
-    raise SpecError(f"{imported.path}: {what} gives layers per pipeline chunk "
-                    f"{format_stage_layers(chunks)} (pp {pp} x vpp {vpp}); the planner costs "
-                    "uneven splits only with vpp 1 and one layer or more per stage, interleaved "
-                    f"chunks by its even rule ({format_stage_layers(even_rule)})")
+    problems = stage_layers_violations(layers, Layout(pp=pp, vpp=vpp,
+                                                      stage_layers=tuple(chunks)))
+    if problems:
+        raise SpecError(f"{imported.path}: {what} gives layers per pipeline chunk "
+                        f"{format_stage_layers(chunks)} (pp {pp} x vpp {vpp}): "
+                        f"{problems[0].removeprefix('--stage-layers: ')}")
+    imported.stage_layers = tuple(chunks)

@@ -120,14 +120,8 @@ def read_layer_pattern(text: str, layers: int) -> tuple[int, int] | None:
 
 def chunk_counts(plan: LaunchPlan) -> list[int]:
     """Decoder layers of each model chunk in layer order (chunk c on pipeline rank c mod pp), as
-    the planner costs them: the explicit per-stage counts (vpp 1), else the even rule over
-    pp x vpp chunks (costmodel.pipeline.stage_layer_counts)."""
-    from planner.costmodel.pipeline import stage_layer_counts
-
-    lay = plan.layout
-    if lay.stage_layers and lay.vpp == 1:
-        return list(lay.stage_layers)
-    return stage_layer_counts(plan.model.num_hidden_layers, lay.pp * lay.vpp)
+    the planner costs them (Layout.chunk_counts)."""
+    return plan.layout.chunk_counts(plan.model.num_hidden_layers)
 
 
 def split_args(layers: int, pp: int, vpp: int, chunks: list[int]) -> list[tuple[str, Any]]:
@@ -178,16 +172,16 @@ def layout_string(chunks: list[int]) -> str:
 
 
 def read_layout_string(text: str) -> list[tuple[int, int, int]]:
-    """(embeddings, decoder layers, losses) of each chunk of a Megatron pipeline layout string,
-    expanded as PipelineParallelLayerLayout.parse_str_to_list does ('(x|y)*n' then 'x*n'; commas
-    are cosmetic; 'm' MTP layers are counted as neither). SpecError for another character."""
-    s = text.replace(",", "").replace(" ", "")
-    s = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
-    s = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
-    if set(s) - set("ELtm|"):
-        raise SpecError(f"--pipeline-model-parallel-layout {text}: characters other than "
-                        "E, L, t, m, '|', '(...)*n' and 'x*n'")
-    return [(c.count("E"), c.count("t"), c.count("L")) for c in s.split("|")]
+    """(embeddings, decoder layers, losses) of each chunk of a Megatron pipeline layout string
+    (planner.layout.parse_pipeline_layout: Megatron-Core's grammar and rules); SpecError when
+    it breaks them."""
+    from planner.errors import LayoutError
+    from planner.layout import parse_pipeline_layout
+
+    try:
+        return [(e, t, loss) for e, t, _, loss in parse_pipeline_layout(text)]
+    except LayoutError as err:
+        raise SpecError(f"--pipeline-model-parallel-layout {err}") from None
 
 
 def layout_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
@@ -446,8 +440,13 @@ def read_split(args: dict[str, Any], shape: dict[str, Any], pins: dict[str, Any]
                             f"{layers}")
         layers = shape["num_hidden_layers"] = sum(counts)
         pins["vpp"] = len(parsed) // pp
-        if "m" in str(text):
-            imported.notes.append("the pipeline layout's MTP layers (m) are not modelled")
+        from planner.layout import parse_pipeline_layout
+
+        where_mtp = [i for i, c in enumerate(parse_pipeline_layout(str(text))) if c[2]]
+        if where_mtp and where_mtp[0] != len(parsed) - 1:
+            imported.notes.append(
+                f"the pipeline layout's MTP layers (m) sit on virtual stage {where_mtp[0]}; the "
+                "planner costs them with the loss on the last (Megatron-Core's default)")
     elif pp > 1 and layers and (first is not None or last is not None):
         inner = pp - (first is not None) - (last is not None)
         rest = layers - (first or 0) - (last or 0)

@@ -82,16 +82,14 @@ def titan_stages(layers: int, pp: int, interleaved: bool, per_stage: int | None,
 
 def split_fields(plan: LaunchPlan, head: str) -> dict[str, Any]:
     """ParallelismConfig fields that make torchtitan build the plan's chunks (the planner's
-    split: explicit per-stage layers with vpp 1, else its even rule over pp x vpp chunks): the
+    split, Layout.chunk_counts: layers per virtual stage or per stage, else its even rule): the
     first/last-stage weights and layers per stage where torchtitan's own split gives them,
     else the modules of every chunk (module_fqns_per_model_part; `head` is the output
     projection's name: 'lm_head' since 2026, 'output' in v0.2.2)."""
-    from planner.costmodel.pipeline import stage_layer_counts
 
     m, lay = plan.model, plan.layout
     layers, n = m.num_hidden_layers, lay.pp * lay.vpp
-    want = (list(lay.stage_layers) if lay.stage_layers and lay.vpp == 1
-            else stage_layer_counts(layers, n))
+    want = lay.chunk_counts(layers)
     for first, last in ((1, 1), (0, 0), (1, 0), (0, 1)):
         if titan_chunks(layers, n, first, last) != want:
             continue

@@ -54,7 +54,24 @@ def enumerate_layouts(
     pins = normalize_pins(pins)
     domains = knob_domains(model, cluster, job, pins, tp_across_nodes)
     structures = StructureModel(model, cluster, job, domains, config, pins).enumerate()
-    return expand_structures(structures, pins, checks.offload_allowed(cluster), model.is_moe)
+    knobs = expand_structures(structures, pins, checks.offload_allowed(cluster), model.is_moe)
+    return supported_rows(knobs, dict(job.layout_support), pins)
+
+
+def supported_rows(knobs: dict[str, Any], support: Mapping[str, Sequence[Any]],
+                   pins: Mapping[str, Any]) -> dict[str, Any]:
+    """The knob columns without the values the software cannot run (JobSpec.layout_support;
+    a pinned knob keeps its pin: the user's word wins, estimate and solve warn)."""
+    from planner.search.problem import knob_code
+
+    keep = np.ones(len(knobs["tp"]), dtype=bool)
+    for knob, values in support.items():
+        if knob in pins or knob not in knobs:
+            continue
+        keep &= np.isin(knobs[knob], [knob_code(knob, v) for v in values])
+    if keep.all():
+        return knobs
+    return {k: np.asarray(v)[keep] for k, v in knobs.items()}
 
 
 def build_space(
@@ -101,11 +118,14 @@ class SearchResult:
 
 
 def with_stage_layers(layout: Layout, num_layers: int) -> Layout:
-    """The layout with its layers per stage written out (the even rule's where it has none)."""
+    """The layout with its layers per stage written out (the even rule's where it has none;
+    layers per virtual stage stay as they are)."""
     from dataclasses import replace
 
     from planner.costmodel.pipeline import stage_counts
 
+    if layout.virtual_split:
+        return layout
     counts = stage_counts(num_layers, layout.pp, layout.vpp, layout.stage_layers)
     return replace(layout, stage_layers=tuple(counts))
 
@@ -147,7 +167,22 @@ def search(
     if stage_layers:
         pins = _pin_split(model, pins, stage_layers)
     t0 = time.perf_counter()
-    knobs = enumerate_layouts(model, cluster, job, pins, config, tp_across_nodes)
+    virtual = bool(stage_layers) and len(stage_layers) != pins["pp"]
+    if virtual:
+        # layers per virtual stage state every chunk (Megatron's pipeline layout), so the even
+        # rule's "pp*vpp chunks divide the layers" does not apply: enumerate as vpp 1 (every
+        # other structural rule is the same), then interleave where pp divides grad_accum
+        from planner.costmodel.checks import interleave_batch_allowed
+
+        knobs = enumerate_layouts(model, cluster, job, {**pins, "vpp": 1}, config,
+                                  tp_across_nodes)
+        keep = np.array([interleave_batch_allowed(pins["pp"], pins["vpp"],
+                                                  job.global_batch // (int(b) * int(d)))
+                         for b, d in zip(knobs["mbs"], knobs["dp"], strict=True)], dtype=bool)
+        knobs = {k: np.asarray(v)[keep] for k, v in knobs.items()}
+        knobs["vpp"] = np.full(len(knobs["tp"]), pins["vpp"], dtype=np.int64)
+    else:
+        knobs = enumerate_layouts(model, cluster, job, pins, config, tp_across_nodes)
     if stage_layers:
         knobs["stage_layers"] = np.empty(len(knobs["tp"]), dtype=object)
         knobs["stage_layers"][:] = [tuple(stage_layers)] * len(knobs["tp"])
@@ -196,21 +231,26 @@ def _rank_ties(space: Space, pins: Mapping[str, Any], top_k: int, by_time: list[
 
 
 def _pin_split(model: ModelSpec, pins: dict[str, Any], counts: Sequence[int]) -> dict[str, Any]:
-    """Pins implied by --stage-layers: pp = the number of stages, and vpp 1 for an uneven split
-    (interleaved chunks follow the even rule); SpecError when they contradict the split."""
+    """Pins implied by --stage-layers: pp = the number of stages (or --pp, the counts then one
+    per virtual stage: vpp = counts / pp, Megatron's pipeline layout), and vpp 1 for an uneven
+    split of one count per stage; SpecError when they contradict the split."""
     from planner.costmodel.checks import stage_layers_violations
     from planner.errors import SpecError
-    from planner.layout import Layout
+    from planner.layout import Layout, implied_vpp
 
-    pp = len(counts)
-    if pins.get("pp", pp) != pp:
-        raise SpecError(f"--stage-layers gives {pp} stages but --pp is {pins['pp']}")
-    layout = Layout(pp=pp, vpp=pins.get("vpp", 1), stage_layers=tuple(counts))
+    pp = pins.get("pp", len(counts))
+    try:
+        vpp = implied_vpp(len(counts), pp, pins.get("vpp"))
+    except LayoutError as e:
+        raise SpecError(str(e)) from None
+    layout = Layout(pp=pp, vpp=vpp, stage_layers=tuple(counts))
     problems = stage_layers_violations(model.num_hidden_layers, layout)
     if problems:
         raise SpecError(problems[0])
     out = dict(pins, pp=pp)
-    if not layout.even_split:
+    if layout.virtual_split:
+        out["vpp"] = vpp
+    elif not layout.even_split:
         out.setdefault("vpp", 1)
     return out
 

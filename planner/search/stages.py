@@ -1,7 +1,8 @@
 """Uneven pipeline stages: how many layers each stage holds, searched per layout.
 
-The split problem of one layout (pp > 1, plain 1F1B, a model whose layers are all of one kind):
-integer layers n_i >= 1 per stage summing to the model's layers, the embedding on stage 0 and
+The split problem of one layout (pp > 1, a model whose layers are all of one kind): integer
+layers n_i >= 1 per stage (interleaved, vpp > 1: one per chunk, the end stages' outer chunks
+may hold none, least_layers) summing to the model's layers, the embedding on stage 0 and
 the LM head on the last stage, each stage's GPU within its usable memory (the cost model's peak
 of that stage with n_i layers: its in-flight micro-batches, its parameters), minimizing the
 slowest stage's time per micro-batch (the step is grad_accum - 1 times it plus the sum of all
@@ -28,11 +29,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from planner.costmodel import pipeline
+from planner.layout import chunks_of_stages
 from planner.search import problem as _problem
 from planner.search.problem import MEM_UNIT_GIB, Space, Split
 from planner.specs import GIB
@@ -85,6 +88,21 @@ class SplitProblem:
         return int(self.time[rows, idx].max()), int(self.memory[rows, idx].max())
 
 
+def least_layers(pp: int, vpp: int) -> list[int]:
+    """Fewest layers each stage may hold in the split search: one (vpp 1); one per chunk with
+    vpp > 1, but the first chunk (beside the embedding) and the last (beside the loss) may hold
+    none, as Megatron's layout allows ('E|...', '...|L'), so the end stages need vpp - 1."""
+    if vpp == 1:
+        return [1] * pp
+    return [vpp - 1 if i in (0, pp - 1) else vpp for i in range(pp)]
+
+
+@lru_cache(maxsize=4096)
+def even_totals(layers: int, pp: int, vpp: int) -> tuple[int, ...]:
+    """Layers per stage under the even rule (its chunks together)."""
+    return tuple(len(s) for s in pipeline.stage_layers(layers, pp, vpp))
+
+
 def split_width(layers: int, pp: int) -> int:
     """Most layers one stage may hold in the split tables (module docstring)."""
     return min(layers - pp + 1, SPLIT_MAX_FACTOR * math.ceil(layers / pp) + 2)
@@ -102,20 +120,25 @@ def split_problems(space: Space, rows: Sequence[int],
     out: dict[int, SplitProblem] = {}
     rows = np.asarray(rows, dtype=np.int64)
     pps = space.knobs["pp"][rows]
-    for pp in np.unique(pps):
+    vpps = space.knobs["vpp"][rows]
+    for pp in np.unique(pps).tolist():
         mine = rows[pps == pp]
-        width = split_width(layers, int(pp))
-        feats = pipeline.count_features(model, int(pp), width)
+        width = split_width(layers, pp)
+        feats = pipeline.count_features(model, pp, width)
         knobs = {k: v[mine] for k, v in space.knobs.items() if k != "stage_layers"}
         t, mem = stage_costs(model, cluster, job, knobs, feats)
         t_units = np.rint(t / unit).astype(np.int64)
         m_units = np.rint(mem / GIB / MEM_UNIT_GIB).astype(np.int64)
         fits = mem / GIB <= cluster.gpu.usable_memory_gib
         m_units = np.where(fits, np.minimum(m_units, cap), np.maximum(m_units, cap + 1))
+        # each stage at least least_layers (every chunk a layer but the two end chunks)
+        n = np.arange(1, width + 1)[None, :]
+        enough = {v: (n >= np.asarray(least_layers(pp, v))[:, None]).reshape(-1)
+                  for v in np.unique(vpps[pps == pp]).tolist()}
         for j, r in enumerate(mine.tolist()):
-            out[r] = SplitProblem(layers, t_units[j].reshape(int(pp), width),
-                                  m_units[j].reshape(int(pp), width),
-                                  fits[j].reshape(int(pp), width))
+            ok = fits[j] & enough[int(space.knobs["vpp"][r])]
+            out[r] = SplitProblem(layers, t_units[j].reshape(pp, width),
+                                  m_units[j].reshape(pp, width), ok.reshape(pp, width))
     return [out[int(r)] for r in rows]
 
 
@@ -267,44 +290,66 @@ def _pruned_fits(layers: int, time: np.ndarray, fits: np.ndarray, bound: np.ndar
     return fits
 
 
-def _balanced_bound(space: Space, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _balanced_bound(space: Space, rows: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(lower bound on each row's step time over every split, whether some split can lower
-    its slowest stage below the even rule's). Stage times are linear in their layers
-    (T_i(n) = a n + b_i, b_i the embedding or LM head alone); the lowest slowest-stage time
-    with whole layers, T*, is the smallest T with sum_i floor((T - b_i) / a) >= layers and
-    T >= every T_i(1). It lies within one layer's time a above the balanced average (at
-    T = that + a every stage holds one more layer than its share), so T* is the smallest of
-    the pp candidates a ceil((lo - b_i) / a) + b_i that holds the layers. Plain 1F1B's step is
-    (grad_accum - 1) x the slowest stage + the sum of all stage times (pipeline.bubble_time),
-    and the sum is the same for every split, so the bound is (grad_accum - 1) x T* + that sum."""
-    from planner.costmodel.batch import stage_times
+    its slowest stage below the even rule's, whether some split may fit in memory). Stage
+    times are linear in their layers (T_i(n) = a n + b_i, b_i the embedding or LM head
+    alone); the lowest slowest-stage time with whole layers, T*, is the smallest T with
+    sum_i floor((T - b_i) / a) >= layers and T >= every T_i(least_i) (least_layers: one
+    layer, one a chunk when interleaved). It lies within one layer's time a above the
+    balanced average (at T = that + a every stage holds one more layer than its share), so T*
+    is the smallest of the pp candidates a ceil((lo - b_i) / a) + b_i that holds the layers.
+    Plain 1F1B's step is (grad_accum - 1) x the slowest stage + the sum of all stage times
+    (pipeline.bubble_time), and the sum is the same for every split, so the bound is
+    (grad_accum - 1) x T* + that sum; interleaved, the bubble is bubble_slots x (sum - T*) /
+    (pp - 1), which the general form m T* + slots (sum - T*) / (pp - 1) covers (equal to the
+    above with vpp 1, and increasing in T* since slots <= pp - 1)."""
+    from planner.costmodel.batch import stage_costs
 
     model, cluster, job = space.model, space.cluster, space.job
     layers = model.num_hidden_layers
     out = np.zeros(len(rows))
     gains = np.zeros(len(rows), dtype=bool)
+    can_fit = np.zeros(len(rows), dtype=bool)
     pps = space.knobs["pp"][rows]
-    for pp in np.unique(pps):
+    for pp in np.unique(pps).tolist():
         mine = np.flatnonzero(pps == pp)
-        feats = pipeline.count_features(model, int(pp), 2)  # every stage with 1 and 2 layers
+        feats = pipeline.count_features(model, pp, 2)  # every stage with 1 and 2 layers
         knobs = {k: v[rows[mine]] for k, v in space.knobs.items() if k != "stage_layers"}
-        t = stage_times(model, cluster, job, knobs, feats)
+        t, mem = stage_costs(model, cluster, job, knobs, feats)
         one, two = t[:, 0::2], t[:, 1::2]  # (rows, stages)
         a = np.maximum(two[:, 0] - one[:, 0], 1e-30)[:, None]  # time per layer
         fixed = one - a  # b_i: the embedding, the LM head, nothing on inner stages
         average = (a[:, 0] * layers + fixed.sum(axis=1)) / pp
-        lo = np.maximum(average, one.max(axis=1))[:, None]
+        vpp = space.knobs["vpp"][rows[mine]]
+        # every stage holds at least least_layers (one a chunk when interleaved)
+        least = np.array([least_layers(pp, v) for v in range(1, int(vpp.max()) + 1)],
+                         dtype=float)[vpp - 1]  # (rows, pp)
+        floor_t = (a * least + fixed).max(axis=1)
+        lo = np.maximum(np.maximum(average, one.max(axis=1)), floor_t)[:, None]
         eps = 1e-9 * lo
         cand = a * np.ceil((lo - fixed) / a - 1e-9) + fixed  # (rows, pp): one per stage
         cand = np.maximum(cand, lo)
         best = _lowest_holding(cand, fixed, a, layers)
-        even = np.asarray(pipeline.stage_layer_counts(layers, int(pp)), dtype=float)
-        even_slowest = (a * even[None, :] + fixed).max(axis=1)
+        rule = {v: even_totals(layers, pp, v) for v in np.unique(vpp).tolist()}
+        even = np.array([rule[v] for v in vpp.tolist()], dtype=float)
+        even_slowest = (a * even + fixed).max(axis=1)
         m = space.columns["grad_accum"][rows[mine]].astype(float)
         whole = a[:, 0] * layers + fixed.sum(axis=1)  # every stage's time: the same for any split
-        out[mine] = (m - 1) * best + whole
+        slots = pipeline.bubble_slots(pp, vpp, m)
+        out[mine] = m * best + slots * (whole - best) / (pp - 1)
         gains[mine] = best < even_slowest - eps[:, 0]
-    return out, gains
+        # memory: a stage's peak is convex in its layers (linear terms and maxima of linear
+        # terms: costmodel.memory), so the line through 1 and 2 layers lies below it beyond 2
+        # and the layers it lets fit bound what any split can fit from above; a row whose
+        # stages cannot hold the layers (or their least) that way fits under no split
+        cap = cluster.gpu.usable_memory_gib * GIB
+        m1, m2 = mem[:, 0::2], mem[:, 1::2]
+        slope = np.maximum(m2 - m1, 1e-30)
+        most = np.where(m1 <= cap, np.floor((cap - m1) / slope + 1e-9) + 1, 0)
+        can_fit[mine] = (most >= least).all(axis=1) & (most.sum(axis=1) >= layers)
+    return out, gains, can_fit
 
 
 def _lowest_holding(cand: np.ndarray, fixed: np.ndarray, a: np.ndarray, layers: int
@@ -347,7 +392,7 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
     if not len(space) or not pipeline.uniform_layers(model):
         return space, 0
     k = space.knobs
-    mask = space.pin_mask(pins) & (k["pp"] > 1) & (k["vpp"] == 1)
+    mask = space.pin_mask(pins) & (k["pp"] > 1)
     if "stage_layers" in k:
         mask &= np.array([not s for s in k["stage_layers"]], dtype=bool)
     rows = np.flatnonzero(mask)
@@ -358,11 +403,11 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
     kth = np.inf
     if eligible.sum() >= top_k:
         kth = float(np.partition(step[eligible], top_k - 1)[top_k - 1])
-    bound, gains = _balanced_bound(space, rows)
+    bound, gains, can_fit = _balanced_bound(space, rows)
     # a row can gain only if its best whole-layer split beats the K-th best plan, and lowers
     # the slowest stage below its even split's (or the even split does not fit)
     slack = 1e-9 * np.maximum(step[rows], 1.0)
-    keep = (bound <= kth + slack) & (gains | ~space.fits[rows])
+    keep = (bound <= kth + slack) & (gains | ~space.fits[rows]) & (space.fits[rows] | can_fit)
     cand, bound = rows[keep], bound[keep]
     if not len(cand):
         return space, 0
@@ -469,13 +514,13 @@ def _solve_rows(space: Space, rows: np.ndarray, solved: dict[bytes, Split],
     if not len(rows):
         return out
     problems = split_problems(space, rows)
-    pps = space.knobs["pp"][rows]
-    for pp in np.unique(pps).tolist():
-        sel = np.flatnonzero(pps == pp)
+    pps, vpps = space.knobs["pp"][rows], space.knobs["vpp"][rows]
+    for pp, vpp in sorted(set(zip(pps.tolist(), vpps.tolist(), strict=True))):
+        sel = np.flatnonzero((pps == pp) & (vpps == vpp))
         time = np.stack([problems[j].time for j in sel])
         memory = np.stack([problems[j].memory for j in sel])
         fits = np.stack([problems[j].fits for j in sel])
-        even = tuple(pipeline.stage_layer_counts(layers, pp))
+        even = even_totals(layers, pp, vpp)
         at = (slice(None), np.arange(pp), np.asarray(even) - 1)
         fits = _pruned_fits(layers, time, fits, time[at].max(axis=1), fits[at].all(axis=1))
         keys = [time[p].tobytes() + memory[p].tobytes() + fits[p].tobytes()
@@ -491,7 +536,9 @@ def _solve_rows(space: Space, rows: np.ndarray, solved: dict[bytes, Split],
         for p, key in zip(sel.tolist(), keys, strict=True):
             split = solved[key]
             if split.counts and split.counts != even:
-                out[int(rows[p])] = split.counts
+                # interleaved: the stage's layers over its chunks (layout.chunks_of_stages)
+                out[int(rows[p])] = (split.counts if vpp == 1
+                                     else tuple(chunks_of_stages(split.counts, vpp)))
     return out
 
 

@@ -182,6 +182,14 @@ class GpuProfile(BaseModel):
         default=1.0, description="NICs per GPU (0.5 when two GPUs share one NIC)."
     )
 
+    gemm_curve_from: str | None = Field(
+        default=None, max_length=64,
+        description="The chip whose measured GEMM curve this profile's gemm_efficiency borrows "
+        "(V100 and L40S: A100; GB300: GB200); None when the curve is the chip's own (measured "
+        "on it, or scaled from its own die's, as the H100 PCIe/NVL, H800 and H20 from the H100 "
+        "SXM). A stack factor fitted on a borrowed curve stays on that GPU class "
+        "(planner.stacks.curve_is_borrowed).")
+
     # Fitted by calibration (stock values stated with their source in `sources`).
     dp_overlap: UnitInterval = Field(
         default=0.8,
@@ -434,6 +442,16 @@ class JobSpec(BaseModel):
             "reserve). deepspeed-2022: DeepSpeed 0.5-0.6 (Megatron-DeepSpeed): an fp32 copy of "
             "the largest gradient, the ZeRO-1 reduce bucket, a CUDA context that loads every "
             "kernel at start-up, the NCCL communicators of its extra process groups."
+        ),
+    )
+
+    layout_support: tuple[tuple[str, tuple[int | bool | str, ...]], ...] = Field(
+        default=(),
+        description=(
+            "Layout knob values the training software can run ((knob, values) pairs; a knob "
+            "absent: any; pairs keep the spec hashable), from its stack preset "
+            "(StackPreset.supports): the search leaves the other values out unless a pin asks "
+            "for one. nanotron: (('zero', (0, 1)),)."
         ),
     )
 

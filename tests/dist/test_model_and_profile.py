@@ -42,8 +42,11 @@ def test_scale_down_keeps_the_architecture() -> None:
     # norms 2*128 per layer; embedding and untied head 2*128256*128; final norm 128
     per_layer = 2 * 128 * 128 + 2 * 128 * 32 + 3 * 128 * llama.intermediate_size + 2 * 128
     assert s.num_params == 2 * per_layer + 2 * llama.vocab_size * 128 + 128
-    moe = scaled_spec(load_model("mixtral-8x7b"), SMALL)
-    assert not moe.is_moe and moe.intermediate_size == 96
+    moe = scaled_spec(load_model("mixtral-8x7b"), SMALL)  # SwiGLU experts: kept (validate.moe)
+    assert moe.is_moe and moe.num_experts == 8 and moe.expert_ffn == 96
+    biased = scaled_spec(load_model("mixtral-8x7b").model_copy(update={"linear_bias": True}),
+                         SMALL)  # biased experts are not built: the dense shape
+    assert not biased.is_moe and biased.intermediate_size == 96
     assert scaled_spec(llama, ScaleDown()) == llama  # no override: the spec itself
 
 

@@ -46,6 +46,16 @@ PLANS = {
     "moe-deepseek-v3-pp32": (
         "deepseek-v3", "256x8xH100", JobSpec(seq_len=4096, global_batch=4096),
         Layout(tp=2, pp=32, dp=32, ep=32, mbs=1, zero=1, recompute="full", sp=True)),
+    # NVIDIA's DeepSeek-V3 layouts (--pipeline-model-parallel-layout): 'Et|(tt|)*30mL' on pp 8 x
+    # vpp 4 (layers per virtual stage 1, 2 x 30, 0) and Megatron's docs example on pp 16 x vpp 2
+    "moe-deepseek-v3-pp8-vpp4-layout": (
+        "deepseek-v3", "128x8xH100", JobSpec(seq_len=4096, global_batch=8192),
+        Layout(tp=2, pp=8, dp=64, ep=64, etp=1, vpp=4, mbs=1, zero=1, recompute="full",
+               sp=True, stage_layers=(1,) + (2,) * 30 + (0,))),
+    "moe-deepseek-v3-pp16-vpp2-layout": (
+        "deepseek-v3", "128x8xH100", JobSpec(seq_len=4096, global_batch=8192),
+        Layout(tp=2, pp=16, dp=32, ep=64, etp=1, vpp=2, mbs=1, zero=1, recompute="full",
+               sp=True, stage_layers=(3,) + (2,) * 29 + (0, 0))),
 }
 
 GPU_ARCH = {"A100": 8, "H100": 9, "H200": 9, "B200": 10}  # CUDA compute capability major

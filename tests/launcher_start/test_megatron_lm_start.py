@@ -45,7 +45,8 @@ def test_megatron_lm_export_starts(name, tmp_path_factory):
     plan = launch_plan(name)
     lay = plan.layout
     # the layers of each model chunk, in layer order (chunk c on rank c mod pp), as the planner
-    # costs them: explicit per-stage counts (vpp 1), else the even rule over pp x vpp chunks
+    # costs them: explicit per-stage or per-virtual-stage counts, else the even rule over pp x vpp
+    # chunks
     want = (list(lay.stage_layers) if lay.stage_layers else
             stage_layer_counts(plan.model.num_hidden_layers, lay.pp * lay.vpp))
     got = [n for row in verdict["chunks"] for n in row]

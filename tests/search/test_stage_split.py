@@ -239,3 +239,23 @@ def test_pooled_dp_matches_cpsat_over_pool_orders() -> None:
             continue
         assert (oracle.slowest, oracle.peak) == best
     assert 0 < infeasible < NUM_PROBLEMS // 2
+
+
+@pytest.mark.parametrize("mem", [2.5, 3.0, 4.0])
+def test_memory_prefilter_drops_only_splits_that_cannot_fit(mem) -> None:
+    """_balanced_bound's can_fit (the line through 1 and 2 layers bounds the layers a stage can
+    hold: its memory is convex in them) is never False for a layout some split fits: checked
+    against the exact oracle on every plain and interleaved layout of a small model."""
+    from planner.search.stages import _balanced_bound
+
+    model = make_model(layers=12, hidden=512, heads=8, kv=4, ffn=1536, vocab=50000)
+    cluster = make_cluster(8, make_gpu(memory_gib=mem, gpus_per_node=8))
+    job = make_job(seq_len=1024, global_batch=16)
+    space = build_space(model, cluster, job, {})
+    rows = np.flatnonzero(space.knobs["pp"] > 1)
+    assert (space.knobs["vpp"][rows] > 1).any()
+    _, _, can_fit = _balanced_bound(space, rows)
+    assert 0 < can_fit.sum() < len(rows)  # both answers exercised
+    for r, problem in zip(rows[~can_fit].tolist(), split_problems(space, rows[~can_fit]),
+                          strict=True):
+        assert not split_dp(problem).counts, space.layout(r)

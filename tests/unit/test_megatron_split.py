@@ -74,10 +74,19 @@ def test_uneven_layouts_read_as_stage_layers_or_refused():
     got = read(ARGS.format(L=80, pp=4) + "--decoder-first-pipeline-num-layers 17 "
                "--decoder-last-pipeline-num-layers 19")
     assert got.stage_layers == (17, 22, 22, 19)
-    # DeepSeek-V3's layout on pp 16 is 2 chunks a rank with 1, 2 x 30, 0 layers: not the even
-    # rule (1, 2 x 29, 1, 1), which is the only interleaved split the planner costs
-    with pytest.raises(SpecError, match=r"1,2x30,0 \(pp 16 x vpp 2\)"):
-        read(ARGS.format(L=61, pp=16) + "--pipeline-model-parallel-layout 'Et|(tt|)*30mL'")
+    # DeepSeek-V3's layout on pp 16 is 2 chunks a rank with 1, 2 x 30, 0 layers (not the even
+    # rule's 1, 2 x 29, 1, 1): read as layers per virtual stage, vpp = 32 chunks / pp 16
+    got = read(ARGS.format(L=61, pp=16) + "--pipeline-model-parallel-layout 'Et|(tt|)*30mL'")
+    assert got.stage_layers == (1,) + (2,) * 30 + (0,) and got.pins["vpp"] == 2
+    got = read(ARGS.format(L=61, pp=8) + "--pipeline-model-parallel-layout 'Et|(tt|)*30mL'")
+    assert got.stage_layers == (1,) + (2,) * 30 + (0,) and got.pins["vpp"] == 4
+    assert not got.notes  # MTP with the loss: where the planner costs it
+    got = read(ARGS.format(L=61, pp=16) + "--pipeline-model-parallel-layout 'Et*3|(tt|)*29,m|L'")
+    assert got.stage_layers == (3,) + (2,) * 29 + (0, 0)
+    assert any("virtual stage 30" in n for n in got.notes)  # MTP on rank 14: said
+    # a pipeline rank with no layer, no embedding and no loss: refused, naming the split
+    with pytest.raises(SpecError, match=r"1,0,59,1,0,0 \(pp 3 x vpp 2\)"):
+        read(ARGS.format(L=61, pp=3) + "--pipeline-model-parallel-layout 'Et||t*59|t||L'")
     with pytest.raises(SpecError, match="not a multiple"):
         read(ARGS.format(L=61, pp=3) + "--pipeline-model-parallel-layout 'Et|(tt|)*30mL'")
     with pytest.raises(SpecError, match="holds 61 decoder layers"):
@@ -113,3 +122,34 @@ def test_estimate_config_costs_the_configs_own_split(tmp_path):
                                       "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["stage_layers"] == [18, 22, 21, 19]
+
+
+def test_solve_config_ranks_the_configs_own_split(tmp_path):
+    """`solve --config` compares the config's layout with its own layers per stage (here NVIDIA's
+    uneven layout on 4 stages): the config's step time is `estimate --config`'s, not the even
+    rule's."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    script = tmp_path / "train.sh"
+    script.write_text("torchrun --nproc_per_node 8 --nnodes 8 pretrain_gpt.py " + ARGS.format(
+        L=80, pp=4).replace("--hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
+                            "--max-position-embeddings 4096",
+                            "--hidden-size 8192 --num-attention-heads 64 --seq-length 8192 "
+                            "--max-position-embeddings 8192 --ffn-hidden-size 28672 "
+                            "--group-query-attention --num-query-groups 8 --swiglu "
+                            "--normalization RMSNorm --position-embedding-type rope "
+                            "--untie-embeddings-and-output-weights --disable-bias-linear "
+                            "--vocab-size 128256 --global-batch-size 256")
+                        + "--pipeline-model-parallel-layout 'Et*18|t*22|t*21|t*19L'")
+    runner = CliRunner()
+    est = runner.invoke(app, ["estimate", "--config", str(script), "--cluster", "H100", "--json"])
+    sol = runner.invoke(app, ["solve", "--config", str(script), "--cluster", "H100", "--top", "1",
+                              "--json"])
+    assert est.exit_code == 0 and sol.exit_code == 0, est.output + sol.output
+    config = json.loads(sol.stdout)["config"]
+    assert config["layout"]["stage_layers"] == [18, 22, 21, 19]
+    assert config["step_time_s"] == json.loads(est.stdout)["step_time_s"]
