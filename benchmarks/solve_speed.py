@@ -74,17 +74,17 @@ MOE_GOAL_S = 1.0
 # Measured once for issue 22 (moe_section's before/after table): case | CPU s before | after |
 # wall s before | after | RSS MB before | after
 BEFORE_AFTER = [
-    "solve llama70b 128xA100 (quick start) | 0.70 | 0.63 | 1.97 | 1.71 | 96 | 95",
-    "mixtral-8x7b seq 32768, spec batch | 0.75 | 0.66 | 1.89 | 1.70 | 155 | 114",
-    "mixtral-8x7b seq 4096, batch 4096 | 0.64 | 0.59 | 1.91 | 1.77 | 116 | 94",
-    "mixtral-8x7b seq 4096, batch 2**20 | 1.17 | 0.71 | 3.50 | 2.09 | 142 | 111",
-    "mixtral-8x7b seq 32768, batch 2**20 | 3.19 | 1.21 | 9.82 | 3.73 | 408 | 255",
-    "deepseek-v3 seq 4096, spec batch | 0.67 | 0.61 | 2.42 | 2.17 | 93 | 92",
-    "deepseek-v3 seq 32768, batch 4096 | 1.17 | 0.81 | 4.09 | 2.88 | 231 | 158",
-    "deepseek-v3 seq 4096, batch 2**20 | 0.69 | 0.60 | 2.86 | 2.68 | 119 | 107",
-    "deepseek-v3 seq 32768, batch 2**20 | 1.51 | 0.92 | 6.85 | 3.98 | 309 | 198",
-    "clusters --json (within noise) | 0.26 | 0.25 | 0.68 | 0.68 | 34 | 34",
-    "--help (within noise) | 0.19 | 0.20 | 0.57 | 0.62 | 25 | 25",
+    "solve llama70b 128xA100 (quick start) | 0.84 | 0.63 | 3.47 | 2.54 | 99 | 91",
+    "mixtral-8x7b seq 32768, spec batch | 0.71 | 0.61 | 2.90 | 2.50 | 154 | 130",
+    "mixtral-8x7b seq 4096, batch 4096 | 0.62 | 0.58 | 2.59 | 2.32 | 111 | 100",
+    "mixtral-8x7b seq 4096, batch 2**20 | 1.18 | 0.72 | 3.59 | 2.21 | 142 | 123",
+    "mixtral-8x7b seq 32768, batch 2**20 | 3.30 | 1.54 | 6.61 | 2.96 | 446 | 330",
+    "deepseek-v3 seq 4096, spec batch | 0.59 | 0.55 | 1.00 | 0.89 | 93 | 91",
+    "deepseek-v3 seq 32768, batch 4096 | 1.16 | 0.74 | 2.04 | 1.35 | 232 | 157",
+    "deepseek-v3 seq 4096, batch 2**20 | 0.68 | 0.59 | 1.09 | 1.08 | 119 | 107",
+    "deepseek-v3 seq 32768, batch 2**20 | 1.28 | 0.83 | 3.14 | 2.26 | 313 | 196",
+    "clusters --json (within noise) | 0.25 | 0.24 | 0.51 | 0.54 | 34 | 34",
+    "--help (within noise) | 0.19 | 0.18 | 0.32 | 0.27 | 25 | 25",
 ]
 STARTUP_GOAL_S = 0.15
 MOE_HEADING = "## MoE spaces and start-up"
@@ -258,7 +258,7 @@ def moe_section(repeats: int, check: bool = True) -> str:
         "(4 ms a solve); a top-K selection whose key bound leaves at most K rows is forced, and "
         "otherwise CP-SAT's model holds the free rows only (136k variables fixed to 0 before); "
         "the split search works 16 chunks of candidates ahead and replays them in order (41 "
-        "cost-model calls -> 4), its bound reads the stage times without the memory model, and "
+        "cost-model calls -> 4), its bound sums the inner stages once (they are alike), and "
         "the K-th best is kept incrementally; the crossing column packs the four degrees into "
         "one key, the structures expand in numpy, the cost model runs 16384 rows at a time "
         "(peak memory). What is left is the cost model itself on 100k+ rows (~60% of the "
@@ -272,9 +272,9 @@ def moe_section(repeats: int, check: bool = True) -> str:
         "GPU profiles' validation, yaml; numpy and ortools' CP-SAT helper for `solve`; "
         "`--help` renders through rich and markdown-it. 0.15 s for `clusters --json` would need "
         "a command path without typer and pydantic (the profiles as plain data), not done.", "",
-        "Before and after issue 22's speed work (fresh processes, the old and new code "
-        "interleaved, median of 5; 2026-11-25 on this 2-core machine at load 7 to 10, so CPU "
-        "seconds are the comparable figure; wall was 2.5-3x CPU):", "",
+        "Before and after issue 22's speed work (fresh processes, main at 7278734 and this "
+        "code interleaved, median of 3; 2026-11-25 on this 2-core machine at load 4 to 6 with "
+        "the test suite running, so CPU seconds are the comparable figure):", "",
         "| case | CPU s before | CPU s after | wall s before | wall s after | RSS MB before "
         "| RSS MB after |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
