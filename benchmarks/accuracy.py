@@ -573,12 +573,13 @@ def few_shot(runs: Sequence[MeasuredRun], predictor: Predictor, k: int,
 
 
 def moe_report(runs: Sequence[MeasuredRun], predictor: Predictor) -> pd.DataFrame:
-    """Step-time error of the MoE runs (model.is_moe), per source and model, three ways:
+    """Step-time error of the MoE runs (model.is_moe), per source and model, five ways:
     out of the box (stock profiles, the stack's recipe, no factors); the stack named as fitted
     by --stacks on the dense runs (software_stacks/*.yaml: no MoE run in its fit, so every MoE
     row is out of sample); and refitted on MoE runs, each model predicted from a fit on the
-    other MoE models (the MoE rows come from one source with timed rows on expressible
-    layouts, Megatron-Bridge's tables, so no source can be held out yet)."""
+    other MoE models; and each source predicted from a fit on the other sources' MoE rows
+    (moe_src: fitted on some sources, checked on another); and the other sources from a fit on
+    the largest MoE source alone (moe_big)."""
     from planner.calibrate.stackfit import fit_stack_factors, predict_with
     from planner.stacks import StackFactors, resolve_stack
 
@@ -591,20 +592,36 @@ def moe_report(runs: Sequence[MeasuredRun], predictor: Predictor) -> pd.DataFram
         stock = preset.model_copy(update={"factors": StackFactors(), "gpu_factors": {}})
         box = predict_with(stock, srs, lays) / meas - 1
         named = predict_with(preset, srs, lays) / meas - 1
-        oos = np.full(len(srs), np.nan)
-        labels = np.array([r.model.name for r in srs])
-        for label in sorted(set(labels)):
-            held = labels == label
-            if (~held).sum() < 2:
-                continue
-            part = fit_stack_factors(stock, [r for r, t in zip(srs, ~held, strict=True) if t],
-                                     [x for x, t in zip(lays, ~held, strict=True) if t])
-            idx = np.flatnonzero(held)
-            oos[idx] = predict_with(part, [srs[i] for i in idx], [lays[i] for i in idx]) \
-                / meas[idx] - 1
-        for r, b, n, o in zip(srs, box, named, oos, strict=True):
+        oos = {}
+        for key, labels in (("moe_oos", np.array([r.model.name for r in srs])),
+                            ("moe_src", np.array([r.source_id for r in srs]))):
+            oos[key] = np.full(len(srs), np.nan)
+            for label in sorted(set(labels)):
+                held = labels == label
+                if (~held).sum() < 2:
+                    continue
+                part = fit_stack_factors(
+                    stock, [r for r, t in zip(srs, ~held, strict=True) if t],
+                    [x for x, t in zip(lays, ~held, strict=True) if t])
+                idx = np.flatnonzero(held)
+                oos[key][idx] = predict_with(part, [srs[i] for i in idx],
+                                             [lays[i] for i in idx]) / meas[idx] - 1
+        # the largest MoE source alone fitted, the others checked (fit on one, report on others)
+        sources = np.array([r.source_id for r in srs])
+        big = max(sorted(set(sources)), key=lambda src: int((sources == src).sum()))
+        oos["moe_big"] = np.full(len(srs), np.nan)
+        if (sources == big).sum() >= 2 and (sources != big).any():
+            part = fit_stack_factors(stock, [r for r, t in zip(srs, sources == big, strict=True)
+                                             if t],
+                                     [x for x, t in zip(lays, sources == big, strict=True) if t])
+            idx = np.flatnonzero(sources != big)
+            oos["moe_big"][idx] = predict_with(part, [srs[i] for i in idx],
+                                               [lays[i] for i in idx]) / meas[idx] - 1
+        for i, r in enumerate(srs):
             rows.append({"stack": name, "source": r.source_id, "model": r.model.name,
-                         "gpu": r.cluster.gpu.name, "box": b, "named": n, "moe_oos": o})
+                         "gpu": r.cluster.gpu.name, "box": box[i], "named": named[i],
+                         "moe_oos": oos["moe_oos"][i], "moe_src": oos["moe_src"][i],
+                         "moe_big": oos["moe_big"][i]})
     return pd.DataFrame(rows)
 
 
@@ -614,7 +631,9 @@ def _moe_summary(frame: pd.DataFrame) -> pd.DataFrame:
     def stats(g: pd.DataFrame) -> dict[str, Any]:
         out: dict[str, Any] = {"timed": len(g)}
         for col, label in (("box", "out of the box"), ("named", "stack (dense fit)"),
-                           ("moe_oos", "MoE fit, model out")):
+                           ("moe_oos", "MoE fit, model out"),
+                           ("moe_src", "MoE fit, source out"),
+                           ("moe_big", "MoE fit on largest source")):
             a = g[col].dropna()
             out[label] = (f"{np.median(np.abs(a)):.1%} / {np.quantile(np.abs(a), 0.9):.1%} "
                           f"({np.median(a):+.0%})") if len(a) else "-"

@@ -104,6 +104,15 @@ def job_label(gpu: GpuProfile, job: JobSpec) -> str:
         recipe.append(f"{job.attention} attention")
     if job.grad_dtype != "auto":
         recipe.append(f"grads {job.grad_dtype}")
+    # the MoE recipe where it is not the default (dense jobs leave these at their defaults)
+    if job.moe_dispatcher != "alltoall":
+        recipe.append(f"{job.moe_dispatcher} dispatcher")
+    if job.moe_capacity_factor is not None:
+        recipe.append(f"capacity factor {job.moe_capacity_factor:g}")
+    if job.moe_routing != "aux_loss":
+        recipe.append(f"{job.moe_routing.replace('_', '-')} routing")
+    if job.moe_ep_overlap:
+        recipe.append("EP overlap")
     return ", ".join([precision, *recipe])
 
 

@@ -44,7 +44,8 @@ JOB_OPTIONS: dict[str, tuple[Any, Any]] = {
     "precision": (o.PrecisionOpt, o.PrecisionChoice.bf16), "attention": (o.AttentionOpt, None),
     "grad_dtype": (o.GradDtypeOpt, None), "tp_comm_overlap": (o.TpOverlapOpt, None),
     "p2p_overlap": (o.P2pOverlapOpt, None), "moe_dispatcher": (o.MoeDispatcherOpt, None),
-    "moe_capacity_factor": (o.MoeCapacityOpt, None), "stack": (o.StackOpt, None),
+    "moe_capacity_factor": (o.MoeCapacityOpt, None), "moe_routing": (o.MoeRoutingOpt, None),
+    "moe_ep_overlap": (o.MoeEpOverlapOpt, None), "stack": (o.StackOpt, None),
     "seq_len": (o.SeqLenOpt, None), "global_batch": (o.GlobalBatchOpt, None),
     "profile": (o.ProfileOpt, None)}
 RUN_ECONOMICS_OPTIONS: dict[str, tuple[Any, Any]] = {

@@ -44,7 +44,7 @@ RankOpt = Annotated[int, typer.Option("--rank", min=1, max=limits.MAX_TOP,
                                       help="Which ranked plan to write.")]
 
 RECIPE_OPTIONS = ("precision", "attention", "grad_dtype", "tp_comm_overlap", "p2p_overlap",
-                  "moe_dispatcher", "moe_capacity_factor")
+                  "moe_dispatcher", "moe_capacity_factor", "moe_routing", "moe_ep_overlap")
 
 
 def given(ctx: typer.Context, names: tuple[str, ...]) -> set[str]:

@@ -41,6 +41,12 @@ class MoeDispatcherChoice(str, Enum):
     deepep = "deepep"
 
 
+class MoeRoutingChoice(str, Enum):
+    aux_loss = "aux_loss"
+    loss_free = "loss_free"
+    force_balanced = "force_balanced"
+
+
 class PrecisionChoice(str, Enum):
     bf16 = "bf16"
     fp16 = "fp16"
@@ -220,6 +226,19 @@ MoeCapacityOpt = Annotated[
                  help="MoE expert capacity factor: tokens beyond it x the mean per expert are "
                  "dropped (caps the router's load imbalance). Default: dropless."),
 ]
+MoeRoutingOpt = Annotated[
+    MoeRoutingChoice | None,
+    typer.Option("--moe-routing", help="How the MoE router balances the experts (the most "
+                 "loaded EP rank's share): aux_loss (a load-balancing loss, MaxVio 0.52), "
+                 "loss_free (expert bias, DeepSeek-V3's; MaxVio 0.04) or force_balanced "
+                 "(random logits, as vendor benchmarks run). Default: aux_loss."),
+]
+MoeEpOverlapOpt = Annotated[
+    bool | None,
+    typer.Option("--moe-ep-overlap/--no-moe-ep-overlap",
+                 help="Overlap the MoE dispatch and combine with another micro-batch's compute "
+                 "(Megatron-Core overlap_moe_expert_parallel_comm). Default: off."),
+]
 StackOpt = Annotated[
     str | None,
     typer.Option(
@@ -338,6 +357,7 @@ def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | N
                 tp_comm_overlap: bool | None = None, p2p_overlap: bool | None = None,
                 moe_dispatcher: MoeDispatcherChoice | None = None,
                 moe_capacity_factor: float | None = None,
+                moe_routing: MoeRoutingChoice | None = None, moe_ep_overlap: bool | None = None,
                 stack: Any = None, pools: bool = False):
     """Resolve --model/--cluster/--profile/--seq-len/--global-batch/--precision and the job
     recipe to specs. `stack` (a StackPreset, a name or free text; None = megatron-core) sets the
@@ -360,7 +380,8 @@ def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | N
     ), stack if isinstance(stack, str) else "")
     given = layout_pins(attention=attention, grad_dtype=grad_dtype,
                         tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap,
-                        moe_dispatcher=moe_dispatcher, moe_capacity_factor=moe_capacity_factor)
+                        moe_dispatcher=moe_dispatcher, moe_capacity_factor=moe_capacity_factor,
+                        moe_routing=moe_routing, moe_ep_overlap=moe_ep_overlap)
     if given:
         job = job.model_copy(update=given)
     return model_spec, cluster_spec, job

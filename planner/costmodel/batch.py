@@ -187,7 +187,9 @@ class _Knobs:
         return cls(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=lo["vpp"].astype(float),
                    mbs=mbs, zero=lo["zero"], rc=lo["recompute"], sp=lo["sp"], m=m,
                    tokens=mbs * job.seq_len / cp,
-                   load=moe.load_factor(model, ep, job.moe_capacity_factor))
+                   load=moe.load_factor(model, ep, job.moe_capacity_factor, job.moe_routing,
+                                        copies=mbs * job.seq_len / cp
+                                        * model.num_experts_per_tok / tp))
 
 
 @dataclass(frozen=True)
@@ -243,6 +245,8 @@ def _stage_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs
     ep_buffer = moe.dispatch_buffer_bytes(model, disp, x.tokens, x.tp, x.sp, x.ep, x.etp, x.load)
     ep_mb = moe.ep_stage_time(cluster, model, disp, st["n_moe"], x.tokens, x.tp, x.sp, x.ep,
                               x.etp, x.load, x.rc)
+    if job.moe_ep_overlap:
+        ep_mb = moe.overlapped_ep_time(ep_mb, comp.total)
     whole_mb = (comp.total + tp_mb + cp_mb + ep_mb)[:, -1]
     comp = compute.StageCompute(*(getattr(comp, f)[:, :-1]
                                   for f in compute.StageCompute.__dataclass_fields__))
@@ -399,6 +403,9 @@ def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _
         hbm = at(np.array([cl.gpu.memory_gib for cl in pools])[pool], peak_stage)
         rel = np.array([cl.gpu.step_time_band for cl in pools])[at(pool, slow)]
     step = time_compute + time_tp + time_cp + time_ep + bubble + time_pp_comm + time_dp + time_opt
+    # a trained router's load is known only to a range (moe.load_band_seconds)
+    load_minus, load_plus = moe.load_band_seconds(model, job.moe_routing, job.moe_capacity_factor,
+                                                  x.load, time_ep)
     n_gpus = x.tp * x.pp * x.dp * x.cp
     tokens_step = float(s * batch)
     model_flops = compute.model_flops_per_step(model, s, batch)
@@ -438,8 +445,8 @@ def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _
         "mem_optimizer_gb": mem_at_peak(lambda t, mem: mem.state.optimizer),
         "mem_activations_gb": mem_at_peak(lambda t, mem: mem.activations),
         "mem_other_gb": mem_at_peak(lambda t, mem: mem.other),
-        "step_time_low_s": step * (1 - rel),
-        "step_time_high_s": step * (1 + rel),
+        "step_time_low_s": step * (1 - rel) - load_minus,
+        "step_time_high_s": step * (1 + rel) + load_plus,
         "device_mem_gb": memory.device_memory_gib(
             peak_mem, mem_at_peak(lambda t, mem: mem.activations), hbm,
             x.tp, x.pp, x.dp, x.cp, x.ep),

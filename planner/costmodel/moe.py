@@ -36,32 +36,91 @@ import numpy as np
 from planner.specs import ClusterSpec, ModelSpec
 
 DISPATCHERS = ("alltoall", "allgather", "deepep")
-# Per-expert load imbalance under the auxiliary load-balancing loss: MaxVio = max_i load_i /
-# mean load - 1, measured 0.72 (1B) and 0.52 (3B) on held-out data, 0.04 with the loss-free
-# bias (Wang et al. 2024, "Auxiliary-Loss-Free Load Balancing Strategy for Mixture-of-Experts",
-# arXiv 2408.15664, Table 1). The larger model's value; its spread (0.04 .. 0.72) is why the
-# MoE step-time band is wide.
-EXPERT_MAX_VIOLATION = 0.52
-# DeepEP (deepseek-ai/DeepEP docs/legacy.md at 0297fc8, "Normal kernels with NVLink and RDMA
+ROUTINGS = ("aux_loss", "loss_free", "force_balanced")
+# Per-expert load imbalance of a trained router, MaxVio_global = (max_i Load_i - mean Load) /
+# mean Load over the validation set (Wang et al. 2024, "Auxiliary-Loss-Free Load Balancing
+# Strategy for Mixture-of-Experts", arXiv 2408.15664, Eq. 4 and Table 2; checked against the
+# paper's text, quoted in tests/unit/test_costmodel_moe_load.py): auxiliary-loss-controlled
+# (alpha 0.001) 0.72 at 1B and 0.52 at 3B; Loss-Free Balancing (expert bias, as DeepSeek-V3
+# routes) 0.04 at both. The central value is the larger model's; the 1B value is the upper end
+# of the band (EXPERT_MAX_VIOLATION_HIGH, load_band_seconds). Validation-set figures (the load
+# summed over the whole set); one micro-batch's, which the step waits for, is not published.
+EXPERT_MAX_VIOLATION = {"aux_loss": 0.52, "loss_free": 0.04, "force_balanced": 0.0}
+EXPERT_MAX_VIOLATION_HIGH = {"aux_loss": 0.72, "loss_free": 0.04, "force_balanced": 0.0}
+# DeepEP (deepseek-ai/DeepEP docs/legacy.md at dd758ca, "Normal kernels with NVLink and RDMA
 # forwarding", H800 with ~160 GB/s NVLink and one CX7 400 Gb/s NIC of ~50 GB/s per GPU, 4096
-# tokens, hidden 7168, top-8): intranode EP 8 dispatch 153 GB/s, combine 158 GB/s of the
-# ~160 -> 0.97 of the scale-up busbw plateau; internode EP 16/32/64 dispatch 43/58/51 GB/s,
-# combine 43/57/50 GB/s of ~50 -> 1.01 of the NIC (NVLink forwarding deduplicates copies bound
-# for one node, so the RDMA leg can beat the plain NIC rate).
+# tokens, hidden 7168, top-4 groups, top-8): intranode EP 8 dispatch 153 GB/s, combine 158 GB/s
+# of the ~160 -> 0.97 of the scale-up plateau; internode EP 16/32/64 dispatch 43/58/51 GB/s,
+# combine 43/57/50 GB/s of ~50 -> 1.01 of the NIC. What the numbers count (tests/legacy/
+# test_intranode.py and test_internode.py at dd758ca): intranode, the bytes of recv_x, one row
+# per (token, receiving rank) pair, a token's copies for one rank sent once; internode,
+# num_rdma_token_sent x hidden x 2, one row per (token, node) pair (inplace_unique over the
+# nodes, the sender's own node included). deepep_time counts the same bytes.
 DEEPEP_NVLINK_FRACTION = (153 + 158) / 2 / 160
 DEEPEP_RDMA_FRACTION = (43 + 58 + 51 + 43 + 57 + 50) / 6 / 50
 
 
-def load_factor(model: ModelSpec, ep, capacity_factor: float | None):
-    """Routed copies on the most loaded EP rank over the mean (per layout). A rank's E/ep
-    experts average their independent excesses: 1 + EXPERT_MAX_VIOLATION / sqrt(E/ep) (the
-    independence is this model's assumption); a capacity factor c caps it at c (tokens beyond
-    are dropped; c < 1 drops some even on average). 1 for dense models."""
+def miss_probability(num_experts, held, k):
+    """Probability that a token's k distinct experts, drawn uniformly from num_experts, all miss
+    a set of `held` experts: prod_{i<k} (E - held - i) / (E - i) (0 when they cannot)."""
+    held = np.asarray(held, dtype=float)
+    out = np.ones_like(held)
+    for i in range(int(k)):
+        out = out * np.clip((num_experts - held - i) / (num_experts - i), 0.0, None)
+    return out
+
+
+def load_factor(model: ModelSpec, ep, capacity_factor: float | None,
+                routing: str = "aux_loss", copies=None):
+    """Routed copies on the most loaded EP rank over the mean (per layout); 1 for dense models.
+
+    Trained routers (aux_loss, loss_free): 1 + MaxVio / sqrt(E/ep). With one expert per rank
+    (E/ep = 1) this is the paper's per-expert MaxVio itself; that a rank's E/ep experts average
+    their excesses as independent draws is this model's assumption (no source measures a
+    rank's load), which is why the step-time band (load_band_seconds) spans 1 to 1 + MaxVio_high.
+    force_balanced (Megatron-Core moe_router_force_load_balancing, NeMo AutoModel's
+    fake_balanced_gate: random logits, as every vendor benchmark routes): each of the ep x
+    (T/tp) tokens of the group picks k of the E experts uniformly, so a rank's count is a sum of
+    hypergeometric draws with mean `copies` (= T k / tp, what it sends) and relative spread
+    sqrt((1 - 1/ep) (E - k) / (E - 1) / copies); the largest of ep such counts sits about
+    sqrt(2 ln ep) spreads above the mean (the Gaussian maximum bound). `copies` None: 0 spread.
+    A capacity factor c caps the load at c (tokens beyond are dropped; c < 1 drops some even
+    on average)."""
     ep = np.asarray(ep, dtype=float)
     if not model.is_moe:
         return np.ones_like(ep)
-    imbalance = 1.0 + EXPERT_MAX_VIOLATION / np.sqrt(model.num_experts / ep)
+    if routing not in EXPERT_MAX_VIOLATION:
+        raise ValueError(f"unknown MoE routing {routing!r} (one of {', '.join(ROUTINGS)})")
+    e, k = model.num_experts, model.num_experts_per_tok
+    if routing == "force_balanced":
+        if copies is None:
+            imbalance = np.ones_like(ep)
+        else:
+            rel = np.sqrt((1 - 1 / ep) * (e - k) / max(e - 1, 1) / np.maximum(copies, 1.0))
+            imbalance = 1.0 + np.sqrt(2 * np.log(ep)) * rel
+    else:
+        imbalance = 1.0 + EXPERT_MAX_VIOLATION[routing] / np.sqrt(e / ep)
     return imbalance if capacity_factor is None else np.minimum(imbalance, capacity_factor)
+
+
+def load_band_seconds(model: ModelSpec, routing: str, capacity_factor: float | None, load,
+                      time_ep):
+    """(minus, plus) seconds the router's load widens the step-time band by: the EP time is
+    linear in the most loaded rank's load, which for a trained router lies anywhere from 1
+    (a rank's experts offset each other) to 1 + EXPERT_MAX_VIOLATION_HIGH (one expert's
+    excess on the whole rank, the smaller model's MaxVio), capped by a capacity factor; the
+    central `load` is load_factor's. 0 for dense models and force-balanced routing. The
+    expert GEMMs follow the same load and are not in this widening (a lower bound on it)."""
+    time_ep = np.asarray(time_ep, dtype=float)
+    if not model.is_moe or routing == "force_balanced":
+        return np.zeros_like(time_ep), np.zeros_like(time_ep)
+    load = np.asarray(load, dtype=float)
+    high = 1.0 + EXPERT_MAX_VIOLATION_HIGH[routing]
+    if capacity_factor is not None:
+        high = min(high, capacity_factor)
+    minus = time_ep * (1.0 - np.minimum(1.0, load) / load)
+    plus = time_ep * np.maximum(high / load - 1.0, 0.0)
+    return minus, plus
 
 
 # The dispatchers take the MoE layer's input sequence-parallel, T / tp tokens per rank:
@@ -99,24 +158,34 @@ def dispatch_time(cluster: ClusterSpec, model: ModelSpec, dispatcher: str, token
         group = comm.Group(cluster, ep * etp, 1)
         return comm.all_gather_time(group, token_bytes(model, tokens, tp, sp) * ep * etp)
     if dispatcher == "deepep":
-        return deepep_time(comm.Group(cluster, ep * etp, 1), copies)
+        return deepep_time(comm.Group(cluster, ep * etp, 1), model, tokens, tp, ep, etp, load)
     a2a = comm.all_to_all_time(comm.Group(cluster, ep, etp), copies)
     return a2a + comm.all_gather_time(comm.Group(cluster, etp, 1), copies * etp)
 
 
-def deepep_time(group, nbytes):
-    """Seconds of one DeepEP dispatch where each rank sends `nbytes`, 1/n to each peer: the
-    share for its own domain at DEEPEP_NVLINK_FRACTION of the scale-up plateau, the rest at
-    DEEPEP_RDMA_FRACTION of its NICs', the two legs in parallel (the slower one counts)."""
+def deepep_time(group, model: ModelSpec, tokens, tp, ep, etp, load):
+    """Seconds of one DeepEP dispatch (= combine) for a rank sending its T / tp tokens, in the
+    bytes DeepEP's measured bandwidths count (module comment): over NVLink each token once per
+    receiving rank, T/tp x R x h x 2 B with R = ep (1 - miss(E/ep)) x etp ranks hit (the
+    sender's own included), at DEEPEP_NVLINK_FRACTION of the scale-up plateau; across scale-up
+    domains each token once per domain, T/tp x D x h x 2 B with D = N (1 - miss(E/N)) of the N
+    domains the group spans hit (its own included), at DEEPEP_RDMA_FRACTION of its NICs'. The
+    two legs run in parallel (the slower counts); `load` scales both (the most loaded rank)."""
     from planner.costmodel.comm import plateau_bytes_per_s
 
     gpu = group.cluster.gpu
-    n = np.maximum(group.size, 1.0)
+    n = np.maximum(np.asarray(group.size, dtype=float), 1.0)
+    ep, etp = np.asarray(ep, dtype=float), np.asarray(etp, dtype=float)
+    e, k, h = model.num_experts, model.num_experts_per_tok, model.hidden_size
+    per_token = h * 2 * np.asarray(tokens, dtype=float) / np.asarray(tp, dtype=float) * load
+    ranks_hit = ep * (1 - miss_probability(e, e / ep, k)) * etp
+    domains = np.maximum(np.asarray(group.domains, dtype=float), 1.0)
+    nodes_hit = domains * (1 - miss_probability(e, e / domains, k))
     nvl = DEEPEP_NVLINK_FRACTION * plateau_bytes_per_s(gpu.intra_node)
     rdma = DEEPEP_RDMA_FRACTION * plateau_bytes_per_s(gpu.inter_node) * gpu.nics_per_gpu
-    local = nbytes * (group.per_domain - 1) / n / nvl
-    remote = nbytes * (n - group.per_domain) / n / rdma
-    return np.where(group.size > 1, np.maximum(local, remote), 0.0)
+    local = per_token * ranks_hit / nvl
+    remote = np.where(domains > 1, per_token * nodes_hit / rdma, 0.0)
+    return np.where(n > 1, np.maximum(local, remote), 0.0)
 
 
 def ep_stage_time(cluster: ClusterSpec, model: ModelSpec, dispatcher: str, n_moe, tokens, tp,
@@ -128,6 +197,18 @@ def ep_stage_time(cluster: ClusterSpec, model: ModelSpec, dispatcher: str, n_moe
         return np.zeros(np.shape(n_moe))
     one = dispatch_time(cluster, model, dispatcher, tokens, tp, sp, ep, etp, load)
     return n_moe * (one * (4 + 2 * (recompute == 2)))[:, None]
+
+
+def overlapped_ep_time(ep_time, compute_time):
+    """EP seconds left exposed per micro-batch when the dispatch and combine of one
+    micro-batch run under another's compute (JobSpec.moe_ep_overlap): max(0, EP - compute).
+    Megatron-Core overlap_moe_expert_parallel_comm ("Overlap EP A2A communications with
+    independent computations of different micro-batches in 1f1b phase of pipelining or
+    non-pipelining schedule", megatron/core/model_parallel_config.py); NVIDIA's recipes turn
+    it on per model and GPU (Megatron-Bridge scripts/performance/configs/*/
+    *_workload_base_configs.py moe_a2a_overlap, e.g. v0.5.0 QWEN3_235B_A22B_PRETRAIN_CONFIG_
+    GB300_FP8_MX_V2; src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py at 067f987)."""
+    return np.maximum(np.asarray(ep_time) - np.asarray(compute_time), 0.0)
 
 
 def dispatch_buffer_bytes(model: ModelSpec, dispatcher: str, tokens, tp, sp, ep, etp, load):

@@ -253,6 +253,15 @@ def moe_args(plan: LaunchPlan) -> list[tuple[str, Any]]:
     args += MOE_DISPATCHER[job.moe_dispatcher]
     if job.moe_capacity_factor is not None:
         args.append(("--moe-expert-capacity-factor", job.moe_capacity_factor))
+    # JobSpec.moe_routing / moe_ep_overlap -> Megatron-Core's flags (arguments.py); aux_loss
+    # is Megatron's default load-balancing type
+    if job.moe_routing == "force_balanced":
+        args.append(("--moe-router-force-load-balancing", True))
+    elif job.moe_routing == "loss_free":
+        args += [("--moe-router-enable-expert-bias", True),
+                 ("--moe-router-load-balancing-type", "none")]
+    if job.moe_ep_overlap:
+        args.append(("--overlap-moe-expert-parallel-comm", True))
     return args
 
 

@@ -442,6 +442,29 @@ def physics_reason(run: MeasuredRun) -> str | None:
     return None
 
 
+# What a row's notes say of its MoE recipe, in the words planner/data/README.md asks for:
+# "routing force-balanced" (Megatron-Core moe_router_force_load_balancing, NeMo AutoModel's
+# fake_balanced_gate), "token dispatcher DeepEP" (or HybridEP, DeepEP's NVLink-domain
+# successor in Megatron-Core's flex dispatcher) and "EP communication overlapped"
+# (overlap_moe_expert_parallel_comm; the Megatron-Bridge rows say so per release).
+_FORCE_BALANCED = re.compile(r"routing force-balanced", re.IGNORECASE)
+_DEEPEP = re.compile(r"token dispatcher (DeepEP|HybridEP)", re.IGNORECASE)
+_EP_OVERLAP = re.compile(r"EP communication overlapped", re.IGNORECASE)
+
+
+def moe_recipe_of(job: JobSpec, notes: str | None) -> JobSpec:
+    """The job with the MoE routing, dispatcher and EP overlap a row's notes state; unchanged
+    otherwise."""
+    update: dict[str, Any] = {}
+    if notes and _FORCE_BALANCED.search(notes):
+        update["moe_routing"] = "force_balanced"
+    if notes and _DEEPEP.search(notes):
+        update["moe_dispatcher"] = "deepep"
+    if notes and _EP_OVERLAP.search(notes):
+        update["moe_ep_overlap"] = True
+    return job.model_copy(update=update) if update else job
+
+
 def is_oom_row(row: dict[str, Any]) -> bool:
     """Rows whose notes say OOM are memory-infeasible labels (published_runs README)."""
     return bool(re.search(r"\bOOM\b", str(row.get("notes", ""))))
@@ -481,6 +504,7 @@ def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] |
     stack = resolve_stack(stack_text)
     job = stack.job(JobSpec(seq_len=seq, global_batch=gbs, precision=precision), stack_text,
                     _text(row.get("notes")))
+    job = moe_recipe_of(job, _text(row.get("notes")))
     pins: dict[str, Any] = {}
     for col, knob in (("tp", "tp"), ("pp", "pp"), ("dp", "dp"), ("cp", "cp"), ("vpp", "vpp"),
                       ("micro_batch", "mbs"), ("ep", "ep")):

@@ -444,6 +444,25 @@ class JobSpec(BaseModel):
             "kernel at start-up, the NCCL communicators of its extra process groups."
         ),
     )
+    moe_routing: Literal["aux_loss", "loss_free", "force_balanced"] = Field(
+        default="aux_loss",
+        description=(
+            "How the MoE router balances the experts, which sets the most loaded EP rank's "
+            "share (planner.costmodel.moe.load_factor): aux_loss (a load-balancing loss, "
+            "MaxVio 0.52), loss_free (expert bias, DeepSeek-V3's; MaxVio 0.04) or "
+            "force_balanced (random logits, Megatron-Core moe_router_force_load_balancing, "
+            "as vendor benchmarks run). Dense models ignore it."
+        ),
+    )
+    moe_ep_overlap: bool = Field(
+        default=False,
+        description=(
+            "Overlap the MoE dispatch and combine with another micro-batch's compute "
+            "(Megatron-Core overlap_moe_expert_parallel_comm, the combined 1F1B schedule): "
+            "only the part of a micro-batch's EP time beyond its stage's compute stays "
+            "exposed. Dense models ignore it."
+        ),
+    )
 
     layout_support: tuple[tuple[str, tuple[int | bool | str, ...]], ...] = Field(
         default=(),

@@ -80,21 +80,33 @@ def test_allgather_and_deepep_dispatchers():
                                               rel=1e-6)
     deep = estimate(MOE, cluster(GPU, 8), base.model_copy(update={"moe_dispatcher": "deepep"}),
                     lo)
-    copies = 1024 * 2 * 1024 * 2
+    # DeepEP counts one row per (token, receiving rank), the sender's own included: with one
+    # expert per rank a token's 2 experts sit on 2 ranks, so 1024 x 2 rows of 2 KiB
+    rows = 1024 * 2
     fraction = (153 + 158) / 2 / 160
     assert deep.time_ep_comm_s == pytest.approx(
-        micro * 2 * 4 * copies * 7 / 8 / (fraction * 100e9), rel=1e-6)
+        micro * 2 * 4 * rows * 1024 * 2 / (fraction * 100e9), rel=1e-6)
 
 
 def test_deepep_across_nodes_uses_the_rdma_fraction():
-    """ep 16 on two nodes of 8: 8/16 of each rank's copies stay on NVLink, 8/16 leave on its
-    NIC (10 GB/s flat) at DeepEP's internode fraction (43..58 GB/s of ~50): the NIC leg is
-    the slower one."""
+    """ep 16 on two nodes of 8, 32 experts top 4 (2 per rank, 16 per node): a token reaches
+    16 (1 - C(30,4)/C(32,4)) ranks over NVLink and 2 (1 - C(16,4)/C(32,4)) nodes over RDMA
+    (DeepEP's counts, the sender's own rank and node included), the NIC leg at DeepEP's
+    internode fraction (43..58 GB/s of ~50) of 10 GB/s flat: the slower leg."""
     group = moe_group(16)
-    nbytes = 1e6
-    fraction = (43 + 58 + 51 + 43 + 57 + 50) / 6 / 50
-    remote = nbytes * 8 / 16 / (fraction * 10e9)
-    assert float(moe.deepep_time(group, nbytes)) == pytest.approx(remote, rel=1e-9)
+    wide = MOE.model_copy(update={"num_experts": 32, "num_experts_per_tok": 4})
+    tokens, h = 1024, 1024
+    ranks = 16 * (1 - math.comb(30, 4) / math.comb(32, 4))
+    nodes = 2 * (1 - math.comb(16, 4) / math.comb(32, 4))
+    assert ranks == pytest.approx(3.80645, rel=1e-5) and nodes == pytest.approx(1.89878, rel=1e-5)
+    nvl = tokens * ranks * h * 2 / ((153 + 158) / 2 / 160 * 100e9)
+    rdma = tokens * nodes * h * 2 / ((43 + 58 + 51 + 43 + 57 + 50) / 6 / 50 * 10e9)
+    assert rdma > nvl
+    got = moe.deepep_time(group, wide, tokens, 1, 16, 1, 1.0)
+    assert float(got) == pytest.approx(rdma, rel=1e-9)
+    # the most loaded rank's load scales both legs
+    assert float(moe.deepep_time(group, wide, tokens, 1, 16, 1, 1.25)) == \
+        pytest.approx(1.25 * rdma, rel=1e-9)
 
 
 def moe_group(n: int):

@@ -53,3 +53,20 @@ def test_expert_tp_is_read_back():
         path.write_text(export_plan("megatron", plan).text)
         imported = read_config(path)
     assert (imported.pins["ep"], imported.pins["etp"]) == (8, 1)
+
+
+def test_routing_and_ep_overlap_are_exported():
+    """force_balanced -> --moe-router-force-load-balancing; loss_free -> expert bias with no
+    auxiliary loss; moe_ep_overlap -> --overlap-moe-expert-parallel-comm; aux_loss (Megatron's
+    default load-balancing type) and no overlap write nothing."""
+    lay = Layout(tp=1, pp=2, dp=32, ep=8, zero=1)
+    forced = _args(JobSpec(seq_len=4096, global_batch=512, moe_routing="force_balanced",
+                           moe_ep_overlap=True), lay)
+    assert "--moe-router-force-load-balancing" in forced
+    assert "--overlap-moe-expert-parallel-comm" in forced
+    free = _args(JobSpec(seq_len=4096, global_batch=512, moe_routing="loss_free"), lay)
+    assert "--moe-router-enable-expert-bias" in free
+    assert free["--moe-router-load-balancing-type"] == "none"
+    plain = _args(JobSpec(seq_len=4096, global_batch=512), lay)
+    assert not {"--moe-router-force-load-balancing", "--overlap-moe-expert-parallel-comm",
+                "--moe-router-enable-expert-bias"} & set(plain)

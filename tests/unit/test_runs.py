@@ -58,8 +58,9 @@ def test_labels_map_to_knobs():
 
 def test_every_row_is_loaded_or_skipped_with_a_reason(table):
     runs, skipped = table
-    # the README's row count: 689 dense rows + 124 Megatron-Bridge and 4 dgxc MoE rows
-    assert len(runs) + len(skipped) == 817
+    # the README's row count: 689 dense rows + 124 Megatron-Bridge, 4 dgxc and 6 NeMo
+    # AutoModel MoE rows
+    assert len(runs) + len(skipped) == 823
     assert all(s.reason for s in skipped)
     # GB200/GB300/B200/V100 have no profile in this resolver: skipped, not guessed
     assert not any(r.cluster.gpu.name.startswith(("GB", "B2", "V1")) for r in runs.values())
@@ -237,6 +238,40 @@ def test_moe_rows_name_their_model_and_expert_parallelism(table):
     assert run.pins["tp"] == 2 and run.pins["pp"] == 8 and run.pins["vpp"] == 4
     # 8192 sequences of 4096 tokens at 1712 tokens/s/GPU on 256 GPUs
     assert run.measured_step_time_s == pytest.approx(8192 * 4096 / (1712 * 256), rel=1e-5)
+
+
+def test_moe_rows_carry_the_recipe_their_notes_state(table):
+    """The notes set the MoE recipe: every vendor row routes force-balanced (Megatron-Bridge's
+    footnote, AutoModel's fake balanced gate); Megatron-Bridge 26.06's Qwen3-235B on GB300
+    overlaps the EP communication with HybridEP (v0.5.0's QWEN3_235B_A22B_PRETRAIN_CONFIG_
+    GB300_FP8_MX_V2); 26.04's (26.04-alpha branch) runs HybridEP without the overlap; dgxc's
+    routing is not stated (a trained router's default)."""
+    import pandas as pd
+
+    from planner.measured.runs import PUBLISHED_RUNS_CSV, moe_recipe_of
+    from planner.specs import JobSpec
+
+    runs, _ = table
+    by_id = {r.run_id: r for r in runs.values()}
+    notes = pd.read_csv(PUBLISHED_RUNS_CSV).set_index("row_id")["notes"]
+    base = JobSpec(seq_len=4096, global_batch=8)
+    gb300_2606, gb300_2604 = (moe_recipe_of(base, notes[i]) for i in (855, 892))
+    assert (gb300_2606.moe_routing, gb300_2606.moe_dispatcher, gb300_2606.moe_ep_overlap) == \
+        ("force_balanced", "deepep", True)
+    assert (gb300_2604.moe_routing, gb300_2604.moe_dispatcher, gb300_2604.moe_ep_overlap) == \
+        ("force_balanced", "deepep", False)
+    auto = by_id["nemo_automodel_moe:967"]
+    assert auto.job.moe_routing == "force_balanced"
+    assert auto.job.moe_dispatcher == "deepep" and not auto.job.moe_ep_overlap
+    dgxc = by_id["dgxc_benchmarking_moe:960"]
+    assert dgxc.job.moe_routing == "aux_loss" and not dgxc.job.moe_ep_overlap
+    on = moe_recipe_of(base, "routing force-balanced. Recipe (per release): EP communication "
+                             "overlapped (...); token dispatcher HybridEP (...).")
+    assert (on.moe_routing, on.moe_dispatcher, on.moe_ep_overlap) == \
+        ("force_balanced", "deepep", True)
+    off = moe_recipe_of(base, "Routing not stated (not force-balanced). EP communication not "
+                              "overlapped (...).")
+    assert off == base
 
 
 def test_moe_row_without_model_spec_is_refused():
