@@ -45,6 +45,8 @@ class StackRecipe(BaseModel):
         default=None, description="DP gradient reduction overlaps the backward.")
     param_gather_overlap: bool | None = Field(
         default=None, description="The ZeRO-1/2 parameter all-gather overlaps the next forward.")
+    dp_bucket_mb: float | None = Field(
+        default=None, gt=0, description="MiB of 16-bit gradients per DP reduction call.")
     tp_comm_overlap: bool | None = Field(
         default=None, description="TP/SP collectives overlap their GEMMs.")
     p2p_overlap: bool | None = Field(

@@ -298,16 +298,24 @@ def dp_and_optimizer_time(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, 
     pd_h, pe_h = at(state.p_dense, heavy), at(state.p_expert, heavy)
     grad_w = memory.grad_reduce_bytes(x.zero, job.grad_dtype)
     unit = at(state.unit, heavy)
-    per_step, per_mb, gather = comm.dp_traffic_time(comm.Group(cluster, state.d_dense, x.tp),
-                                                    pd_h, x.zero, grad_w, unit)
+    dp_group = comm.Group(cluster, state.d_dense, x.tp)
+    per_step, per_mb, gather = comm.dp_traffic_time(dp_group, pd_h, x.zero, grad_w, unit,
+                                                    job.dp_bucket_mb)
     if model.is_moe:
         ps_e, pm_e, g_e = comm.dp_traffic_time(
-            comm.Group(cluster, state.d_expert, x.etp * x.ep), pe_h, x.zero, grad_w, unit)
+            comm.Group(cluster, state.d_expert, x.etp * x.ep), pe_h, x.zero, grad_w, unit,
+            job.dp_bucket_mb)
         per_step, per_mb, gather = per_step + ps_e, per_mb + pm_e, gather + g_e
-    time_dp = comm.dp_exposed_time(per_step, per_mb, x.m, x.zero, at(t.compute.forward, heavy),
-                                   at(t.compute.recompute, heavy), at(t.compute.backward, heavy),
+    fwd, rc, bwd = (at(t.compute.forward, heavy), at(t.compute.recompute, heavy),
+                    at(t.compute.backward, heavy))
+    floor = 0.0
+    if (x.zero == 3).any():  # ZeRO-3: first gather, last reduce-scatter, per-unit excess
+        t_unit, units = comm.zero3_unit_time(dp_group, pd_h, unit)
+        floor = np.where(x.zero == 3, comm.zero3_exposed_floor(t_unit, units, x.m, fwd, rc, bwd),
+                         0.0)
+    time_dp = comm.dp_exposed_time(per_step, per_mb, x.m, x.zero, fwd, rc, bwd,
                                    cluster.gpu.dp_overlap, job.grad_overlap, gather,
-                                   job.param_gather_overlap)
+                                   job.param_gather_overlap, floor)
     shard = np.where(x.zero >= 1, pd_h / state.d_dense + pe_h / state.d_expert, pd_h + pe_h)
     return time_dp, compute.optimizer_time(cluster.gpu, shard)
 

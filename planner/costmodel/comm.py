@@ -38,6 +38,13 @@ alpha-beta model and runs the fastest (NVIDIA/nccl src/graph/tuning.cc, master 5
   busbw (busBw * .92 for tree all-reduce) x treeCorrectionFactor[SIMPLE] at the message size
   (NCCL's static correction for medium sizes, powers of two from 64 B).
 With many domains and many small buckets the tree wins (latency); with large buckets the ring.
+
+All-gather and reduce-scatter (ZeRO / FSDP, SP): NCCL runs them as a ring of n - 1 steps (no
+tree, no multi-node NVLS without CollNet) with the latency above, no plateau factor (it is the
+all-reduce's only). A group with one member per domain (the DP group of a tp = 8 layout on 8-GPU
+nodes) may take PAT instead: latency log2(k) x the network hop / 3.5 + 2.8 us per rank, at 0.75
+of the ring's busbw; NCCL takes the faster, and so does the model (small messages over many
+nodes take PAT, large ones the ring).
 """
 
 from __future__ import annotations
@@ -53,6 +60,11 @@ RING_PLATEAU_FACTOR = 1.4  # ncclTopoGetAlgoTime: "Plateau effect of ring", minC
 RING_PLATEAU_CHUNK_BYTES = 64 * 64  # nBytes / (nChannels * nRanks) >= 64, at MAXCHANNELS 64
 TREE_NET_LATENCY_US = 14.0  # hwLatencies[NET][TREE][SIMPLE]
 TREE_BW_FACTOR = 0.92  # ncclTopoTuneModel: tree all-reduce busBw * .92
+# PAT (all-gather / reduce-scatter with one GPU per node, NCCL >= 2.23; ncclPatEnable: nNodes ==
+# nRanks): latency log2(nNodes) x interLat / 3.5 + nRanks x 2.8 us, busBw x .75 (ncclTopoTuneModel)
+PAT_LOG_DIVISOR = 3.5
+PAT_LINEAR_US = 2.8
+PAT_BW_FACTOR = 0.75
 # treeCorrectionFactor[NCCL_PROTO_SIMPLE][log2(bytes / 64)], 64 B .. 512 MiB; 1 beyond
 TREE_CORRECTION_SIMPLE = (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8,
                           .7, .7, .8, .9, .9)
@@ -83,6 +95,9 @@ class Group:
         self._intra_lat = gpu.intra_node.latency_us * US
         self._inter_lat = gpu.inter_node.latency_us * US
         self._latency_cache: dict[int, np.ndarray] = {}
+        # rings across k > 2 domains on a fabric that slows them (LinkProfile field; None: none)
+        slow = gpu.inter_node.ring_slowdown_per_domain or 0.0
+        self.ring_slowdown = 1.0 + slow * np.maximum(self.domains - 2.0, 0.0)
 
     def latency(self, steps_per_rank: int):
         """Seconds of ring latency beyond what the reference curves already contain, for a
@@ -129,7 +144,7 @@ def all_reduce_time(group: Group, nbytes, calls=1):
     if group.crosses.any():
         plateau = group.crosses & (nbytes >= RING_PLATEAU_CHUNK_BYTES * group.size)
         ring_lat = ring_lat * np.where(plateau, RING_PLATEAU_FACTOR, 1.0)
-        ring = wire + ring_lat
+        ring = wire * group.ring_slowdown + ring_lat
         levels = np.floor(np.log2(np.maximum(group.domains, 1.0)))
         tree_lat = 2.0 * np.maximum(levels - 1.0, 0.0) * TREE_NET_LATENCY_US * US
         tree = wire / (TREE_BW_FACTOR * tree_correction(nbytes)) + tree_lat
@@ -140,8 +155,18 @@ def all_reduce_time(group: Group, nbytes, calls=1):
 
 
 def all_gather_time(group: Group, nbytes, calls=1):
-    """Seconds for `calls` all-gathers (or reduce-scatters) whose full buffer is `nbytes`."""
-    t = nbytes * group.frac / group.busbw(nbytes, gather=True) + group.latency(1)
+    """Seconds for `calls` all-gathers (or reduce-scatters) whose full buffer is `nbytes`: the
+    ring (n - 1 steps), or with one member per domain the faster of the ring and NCCL's PAT
+    (module docstring). NCCL runs no tree for these, and no NVLS once the group leaves the node
+    without CollNet (tuning.cc: busBw = 0)."""
+    wire = nbytes * group.frac / group.busbw(nbytes, gather=True) * group.ring_slowdown
+    t = wire + group.latency(1)
+    pat = group.crosses & (group.per_domain == 1)
+    if pat.any():
+        n = np.maximum(group.size, 2.0)
+        pat_lat = (np.log2(n / 2.0) * group.cluster.gpu.inter_node.latency_us / PAT_LOG_DIVISOR
+                   + (n - 2.0) * PAT_LINEAR_US) * US  # beyond the 2-rank reference
+        t = np.where(pat, np.minimum(t, wire / PAT_BW_FACTOR + pat_lat), t)
     return np.where(group.size > 1, t * calls, 0.0)
 
 
@@ -288,35 +313,82 @@ def pp_p2p_time(cluster: ClusterSpec, model, tokens, tp, pp, dp, cp, vpp, sp, m,
     return np.where(pp > 1, np.where(p2p_overlap & (vpp > 1), p2p_hidden, p2p_blocking), 0.0)
 
 
-def dp_traffic_time(group: Group, params, zero, grad_bytes, unit_bytes):
+def dp_traffic_time(group: Group, params, zero, grad_bytes, unit_bytes,
+                    bucket_mb: float | None = None):
     """(per-step, per-micro-batch, parameter gather) seconds of the data-parallel traffic for
     `params` local parameters: ZeRO 0 all-reduces the gradients, 1 reduce-scatters them, 1-2
     all-gather the updated parameters (the third value, also inside per-step), 2
     reduce-scatters per micro-batch, 3 gathers each unit (one layer's 16-bit params,
-    `unit_bytes`) in forward and backward and reduce-scatters its gradients."""
+    `unit_bytes`) in forward and backward and reduce-scatters its gradients. Gradients go in
+    buckets of `bucket_mb` MiB of 16-bit gradients (JobSpec.dp_bucket_mb; torch DDP counts
+    bucket_cap_mb in the parameters' dtype, and nanotron's fp32 accumulator hook reduces the
+    same parameters' fp32 buffer) or Megatron's; the parameter gather keeps Megatron's."""
     bucket = np.maximum(DP_BUCKET_ELEMENTS, 1e6 * group.size)
     calls = np.maximum(np.ceil(params / bucket), 1.0)
     elems = np.minimum(params, bucket)
     msg_grad, msg_param = elems * grad_bytes, elems * 2.0
-    per_step = np.where(zero == 0, all_reduce_time(group, msg_grad, calls), 0.0)
+    if bucket_mb is not None:
+        g_bucket = bucket_mb * 2.0**20 / 2.0
+        calls_g = np.maximum(np.ceil(params / g_bucket), 1.0)
+        msg_grad = np.minimum(params, g_bucket) * grad_bytes
+    else:
+        calls_g = calls
+    per_step = np.where(zero == 0, all_reduce_time(group, msg_grad, calls_g), 0.0)
     z1 = zero == 1
     if z1.any():
-        per_step = per_step + np.where(z1, reduce_scatter_time(group, msg_grad, calls), 0.0)
+        per_step = per_step + np.where(z1, reduce_scatter_time(group, msg_grad, calls_g), 0.0)
     gather = np.where((zero == 1) | (zero == 2), all_gather_time(group, msg_param, calls), 0.0)
     per_step = per_step + gather
-    per_mb = np.where(zero == 2, reduce_scatter_time(group, msg_grad, calls), 0.0)
+    per_mb = np.where(zero == 2, reduce_scatter_time(group, msg_grad, calls_g), 0.0)
     z3 = zero == 3
     if z3.any():
-        unit = unit_bytes
-        unit_calls = np.maximum(np.ceil(params * 2.0 / np.maximum(unit, 1.0)), 1.0)
-        t_unit = all_gather_time(group, np.minimum(unit, params * 2.0), unit_calls)
-        per_mb = per_mb + np.where(z3, 3 * t_unit, 0.0)  # AG fwd + AG bwd + RS grads
+        t_unit, units = zero3_unit_time(group, params, unit_bytes)
+        per_mb = per_mb + np.where(z3, 3 * t_unit * units, 0.0)  # AG fwd + AG bwd + RS grads
     return per_step, per_mb, gather
+
+
+def zero3_unit_time(group: Group, params, unit_bytes):
+    """(seconds of one unit's all-gather, units on the stage) for ZeRO-3 / FSDP: a unit is one
+    layer's 16-bit parameters on this GPU (`unit_bytes`), gathered over the DP group; its
+    gradients' reduce-scatter moves the same bytes in the same ring steps (dp_traffic_time)."""
+    params2 = np.asarray(params, dtype=float) * 2.0
+    units = np.maximum(np.ceil(params2 / np.maximum(unit_bytes, 1.0)), 1.0)
+    return all_gather_time(group, np.minimum(unit_bytes, params2)), units
+
+
+def zero3_exposed_floor(t_unit, units, m, forward_s, recompute_s, backward_s):
+    """Seconds per step of ZeRO-3 / FSDP traffic that no overlap can hide, with one unit
+    prefetched (in flight) at a time, `units` equal units per stage and `m` micro-batches.
+
+    Forward: unit i+1's all-gather runs beside unit i's forward (FSDP's implicit forward
+    prefetch on its own stream: "the 1st all-gather will not be able to overlap with anything",
+    PyTorch docs notes/fsdp.rst "FSDP Prefetch Nuances"; DeepSpeed ZeRO-3 prefetches the next
+    module), so the first unit's gather waits in full and every later one waits for what it
+    exceeds its predecessor's forward by.
+    Backward: the gathers are redone (reshard_after_forward, FSDP2's default and DeepSpeed
+    ZeRO-3's release of gathered params) and each unit's gather of the next unit and the
+    reduce-scatter of the previous unit's gradients share the network beside its backward (and
+    recompute): what 2 t_unit exceeds that by waits; the last reduce-scatter (the first layer's
+    gradients) has no backward left to hide behind. The backward's first gather is not counted:
+    torchtitan keeps the last block gathered after forward (reshard_after_forward False for it,
+    torchtitan llama3 parallelize.apply_fsdp), and the others prefetch it at the end of forward.
+    All of it repeats per micro-batch: FSDP2 and DeepSpeed ZeRO-3 gather and reduce-scatter on
+    every micro-batch under gradient accumulation (FSDP2 "offers (1) [reduce-scatter per
+    microbatch] without any intervention", set_requires_gradient_sync(False) keeps unsharded
+    gradients instead: pytorch/pytorch PR #126166); Megatron-FSDP (optim_grads_params)
+    likewise, with overlap_grad_reduce / overlap_param_gather (Megatron-Core
+    DistributedDataParallelConfig)."""
+    units = np.maximum(units, 1.0)
+    fwd_u = np.asarray(forward_s) / units
+    bwd_u = (np.asarray(backward_s) + np.asarray(recompute_s)) / units
+    per_mb = 2.0 * t_unit + (units - 1.0) * (
+        np.maximum(t_unit - fwd_u, 0.0) + np.maximum(2.0 * t_unit - bwd_u, 0.0))
+    return m * per_mb
 
 
 def dp_exposed_time(per_step, per_mb, m, zero, forward_s, recompute_s, backward_s,
                     dp_overlap: float, grad_overlap: bool = True, gather=0.0,
-                    param_overlap: bool = True):
+                    param_overlap: bool = True, floor=0.0):
     """Seconds per step of DP traffic left exposed. What can hide: per-step reductions behind the
     last micro-batch's backward (and the distributed optimizer's param all-gather behind the
     next forward: Megatron overlap_grad_reduce / overlap_param_gather); per-micro-batch
@@ -326,7 +398,11 @@ def dp_exposed_time(per_step, per_mb, m, zero, forward_s, recompute_s, backward_
     all-gather (`gather`, part of per_step) runs after the optimizer step, all of it exposed,
     and a ZeRO-1 gradient reduce-scatter hides only behind the last backward, as ZeRO 0's
     all-reduce does (nanotron: DDP hook per bucket during the backward, then
-    ZeroDistributedOptimizer.step -> _all_gather_params; optim/zero.py @ 0e0a27e)."""
+    ZeroDistributedOptimizer.step -> _all_gather_params; optim/zero.py @ 0e0a27e).
+
+    `floor` (seconds per step) is what cannot hide whatever the overlap: ZeRO-3's first gather
+    and last reduce-scatter per micro-batch and each unit's excess over its compute
+    (zero3_exposed_floor); the exposed time is at least that."""
     hide_fwd = 1.0 if param_overlap else 0.0
     window = np.select(
         [zero <= 0, zero == 1],
@@ -337,6 +413,8 @@ def dp_exposed_time(per_step, per_mb, m, zero, forward_s, recompute_s, backward_
     if not grad_overlap:
         return dp_total
     if param_overlap:
-        return np.maximum((1 - dp_overlap) * dp_total, dp_total - window)
-    hidable = dp_total - gather
-    return np.maximum((1 - dp_overlap) * hidable, hidable - window) + gather
+        exposed = np.maximum((1 - dp_overlap) * dp_total, dp_total - window)
+    else:
+        hidable = dp_total - gather
+        exposed = np.maximum((1 - dp_overlap) * hidable, hidable - window) + gather
+    return np.minimum(np.maximum(exposed, floor), dp_total)

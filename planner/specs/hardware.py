@@ -85,6 +85,14 @@ class LinkProfile(BaseModel):
         "/ NVLS, the other collectives not); None: the all-reduce curve serves them all."
     )
 
+    ring_slowdown_per_domain: float | None = Field(
+        default=None, ge=0.0,
+        description="Ring collectives that span k > 2 scale-up domains (inter-node tier only) run "
+        "at this link's busbw / (1 + x (k - 2)): a fabric whose rings lose bandwidth with the "
+        "nodes they cross (measured by the ring all-gather / reduce-scatter busbw at several "
+        "node counts; NCCL's trees are not affected). None: the curve holds at any k."
+    )
+
     def busbw_bytes_per_s(self, message_bytes, gather: bool = False):
         """Bus bandwidth achieved at this message size, bytes/s (of an all-gather or
         reduce-scatter with `gather`)."""
@@ -378,6 +386,16 @@ class JobSpec(BaseModel):
             "Whether the data-parallel gradient reduction overlaps the backward (Megatron-Core "
             "overlap_grad_reduce, FSDP); False: it runs after the last backward (Megatron-LM "
             "2021 local DDP, DeepSpeed's pipeline engine ReduceGrads)."
+        ),
+    )
+    dp_bucket_mb: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "MiB of 16-bit gradients per data-parallel reduction call (torch DDP bucket_cap_mb; "
+            "nanotron 25). None: Megatron-Core's buckets, max(40M, 1M x dp) parameters. Sets "
+            "the message size (and the call count) of the gradient all-reduce / "
+            "reduce-scatter; the ZeRO-1/2 parameter all-gather keeps Megatron's buckets."
         ),
     )
     param_gather_overlap: bool = Field(

@@ -67,10 +67,52 @@ def _spread_group(latency_us: float = 10.0, ranks: int = 64):
 
 
 def test_latency_grows_beyond_the_reference_ring():
-    # 64 ranks, one per node: a reduce-scatter takes 63 ring steps across the network, of which
-    # the 2-node reference curve holds 1
-    t = comm.reduce_scatter_time(_spread_group(), 1.0)[0]
-    assert t == pytest.approx((63 - 1) * 10e-6, rel=1e-3)
+    """64 ranks, two per node (stride 4) on 32 nodes, intra and network hops 10 us: a
+    reduce-scatter's ring takes 63 steps, 31 across the network; the 2-node reference curve
+    holds 1 network step and the 8-GPU intra curve 7 NVLink steps, so (32 - 7 + 31 - 1) x 10 us
+    = 0.55 ms beyond the curve (NCCL tuning.cc: (nsteps - nInterSteps) intraLat + nInterSteps
+    interLat). Two members per node: no PAT (NCCL runs it with one GPU per node only)."""
+    gpu = flat_gpu(intra_gb=100, inter_gb=10)
+    gpu = gpu.model_copy(update={
+        "intra_node": gpu.intra_node.model_copy(update={"latency_us": 10.0}),
+        "inter_node": gpu.inter_node.model_copy(update={"latency_us": 10.0})})
+    group = comm.Group(cluster(gpu, 256), np.array([64]), np.array([4]))
+    assert group.per_domain[0] == 2 and group.domains[0] == 32
+    t = comm.reduce_scatter_time(group, 1.0)[0]
+    assert t == pytest.approx((32 - 7 + 31 - 1) * 10e-6, rel=1e-3)
+
+
+def test_one_rank_per_node_gathers_take_pat_when_small():
+    """64 ranks, one per node, 10 us network hop: the ring pays (63 - 1) x 10 us = 620 us
+    beyond the 2-node curve; NCCL's PAT pays log2(64/2) x 10/3.5 + (64 - 2) x 2.8 us =
+    187.9 us (tuning.cc: log2(nNodes) interLat / 3.5 + nRanks x 2.8, beyond the 2-rank
+    reference) at 0.75 of the busbw. 1 B takes PAT; 1 GB at 10 GB/s the ring (wire 98.4 ms
+    against 131.25 ms at 0.75)."""
+    group = _spread_group()
+    pat = (5 * 10 / 3.5 + 62 * 2.8) * 1e-6
+    assert comm.all_gather_time(group, 1.0)[0] == pytest.approx(pat + 63 / 64 / 10e9 / 0.75,
+                                                               rel=1e-6)
+    wire = 1e9 * 63 / 64 / 10e9
+    assert comm.reduce_scatter_time(group, 1e9)[0] == pytest.approx(wire + 62 * 10e-6, rel=1e-6)
+
+
+def test_ring_all_gather_over_whole_nodes_by_hand():
+    """128 ranks on 16 full 8-GPU nodes, flat curves (NVLink 100 GB/s, NIC 10 GB/s), 3.4 us
+    NVLink and 14 us network hops (NCCL hwLat Ring/Simple): busbw = min(100, 8 NICs x 10) =
+    80 GB/s (hierarchical, the 8 GPUs of a node share its 8 NICs); 127 ring steps of which 15
+    cross the network. Beyond the curves' references (7 NVLink steps, 1 network step):
+    time = S (n-1)/n / busbw + (112 - 7) x 3.4 us + (15 - 1) x 14 us."""
+    gpu = flat_gpu(intra_gb=100, inter_gb=10)
+    gpu = gpu.model_copy(update={
+        "intra_node": gpu.intra_node.model_copy(update={"latency_us": 3.4}),
+        "inter_node": gpu.inter_node.model_copy(update={"latency_us": 14.0})})
+    group = comm.Group(cluster(gpu, 128), np.array([128]), np.array([1]))
+    s = 6.4e9
+    expect = s * 127 / 128 / 80e9 + (105 * 3.4 + 14 * 14.0) * 1e-6
+    assert comm.all_gather_time(group, s)[0] == pytest.approx(expect, rel=1e-6)
+    # the all-reduce: twice the volume and the steps, the network part x1.4 (NCCL's plateau)
+    ar = 2 * s * 127 / 128 / 80e9 + 2 * (105 * 3.4 + 14 * 14.0) * 1e-6 * 1.4
+    assert comm.all_reduce_time(group, s)[0] == pytest.approx(ar, rel=1e-6)
 
 
 def test_small_all_reduce_across_many_nodes_takes_the_tree():
@@ -170,3 +212,81 @@ def test_gathers_run_at_the_gather_ratio_of_the_all_reduce_curve():
     assert float(comm.all_gather_time(group, 1e9)[0]) == pytest.approx(1e9 * 7 / 8 / 75e9)
     assert float(comm.reduce_scatter_time(group, 1e9)[0]) == pytest.approx(1e9 * 7 / 8 / 75e9)
     assert float(comm.all_reduce_time(group, 1e9)[0]) == pytest.approx(2 * 1e9 * 7 / 8 / 100e9)
+
+
+def test_zero3_floor_by_hand():
+    """4 units of 10 ms gather each, 2 micro-batches, forward 20 ms (5 ms a unit), backward
+    40 ms (10 ms a unit), no recompute. Per micro-batch: the first gather (10 ms) and the last
+    reduce-scatter (10 ms) wait in full; each of the 3 later units waits 10 - 5 ms in forward and
+    2 x 10 - 10 ms in backward (its prefetched gather and the previous unit's reduce-scatter
+    share the network): 20 + 3 x (5 + 10) = 65 ms, x 2 micro-batches = 130 ms."""
+    floor = comm.zero3_exposed_floor(np.array([0.010]), np.array([4.0]), np.array([2]),
+                                     0.020, 0.0, 0.040)
+    assert float(floor[0]) == pytest.approx(0.130)
+    # compute long enough to hide every later unit: only the first gather and last RS remain
+    long = comm.zero3_exposed_floor(np.array([0.010]), np.array([4.0]), np.array([2]),
+                                    1.0, 0.5, 2.0)
+    assert float(long[0]) == pytest.approx(2 * 0.020)
+    # full recompute re-runs the forward inside backward: it widens the backward window
+    rc = comm.zero3_exposed_floor(np.array([0.010]), np.array([4.0]), np.array([1]),
+                                  0.020, 0.040, 0.040)
+    assert float(rc[0]) == pytest.approx(0.020 + 3 * (0.005 + 0.0))
+
+
+def test_zero3_floor_binds_only_above_the_overlap_share():
+    """ZeRO-3, 1.0 s of per-micro-batch traffic, one micro-batch, dp_overlap 0.8, a long
+    window: exposed = max(0.2 x 1.0, floor). A floor of 0.05 s leaves 0.2; one of 0.5 s gives
+    0.5; no floor is ever above the traffic itself (capped at 1.0)."""
+    args = (np.array([0.0]), np.array([1.0]), np.array([1]), np.array([3]))
+    kw = dict(forward_s=10.0, recompute_s=0.0, backward_s=20.0, dp_overlap=0.8)
+    assert float(comm.dp_exposed_time(*args, **kw, floor=0.05)[0]) == pytest.approx(0.2)
+    assert float(comm.dp_exposed_time(*args, **kw, floor=0.5)[0]) == pytest.approx(0.5)
+    assert float(comm.dp_exposed_time(*args, **kw, floor=5.0)[0]) == pytest.approx(1.0)
+
+
+def test_zero3_traffic_is_three_unit_collectives_per_micro_batch():
+    """dp_traffic_time's ZeRO-3 per-micro-batch traffic is 3 x units x one unit's gather
+    (zero3_unit_time): 8 layers of 10M 16-bit params (20 MB units) on a flat 100 GB/s node of 8,
+    each gather 20e6 x 7/8 / 100e9 s."""
+    gpu = flat_gpu(intra_gb=100.0)
+    group = comm.Group(cluster(gpu, 8), np.array([8.0]), np.array([1.0]))
+    t_unit, units = comm.zero3_unit_time(group, 80e6, 20e6)
+    assert float(np.ravel(units)[0]) == 8.0
+    assert float(t_unit[0]) == pytest.approx(20e6 * 7 / 8 / 100e9, rel=1e-6)
+    _, per_mb, _ = comm.dp_traffic_time(group, 80e6, np.array([3]), 2.0, 20e6)
+    assert float(per_mb[0]) == pytest.approx(3 * 8 * 20e6 * 7 / 8 / 100e9, rel=1e-6)
+
+
+def test_ring_slowdown_per_domain_by_hand():
+    """A fabric whose rings lose bandwidth with the nodes they span (LinkProfile
+    ring_slowdown_per_domain x = 0.05): 256 ranks on 32 full nodes, flat curves (NVLink 100, NIC
+    10 GB/s, negligible hops): an all-gather of 1 GB runs at min(100, 8 x 10) / (1 + 0.05 x 30)
+    = 32 GB/s, i.e. 1e9 x 255/256 / 32e9 s; a ring all-reduce is slowed alike, but NCCL's tree
+    is not, so the all-reduce takes the tree at 0.92 x 80 GB/s (correction 1 at 1 GB)."""
+    gpu = flat_gpu(intra_gb=100, inter_gb=10)
+    gpu = gpu.model_copy(update={"inter_node": gpu.inter_node.model_copy(
+        update={"ring_slowdown_per_domain": 0.05})})
+    group = comm.Group(cluster(gpu, 256), np.array([256]), np.array([1]))
+    assert group.ring_slowdown[0] == pytest.approx(2.5)
+    assert comm.all_gather_time(group, 1e9)[0] == pytest.approx(1e9 * 255 / 256 / 32e9,
+                                                               rel=1e-3)
+    tree = 2 * 1e9 * 255 / 256 / (0.92 * 80e9)
+    assert comm.all_reduce_time(group, 1e9)[0] == pytest.approx(tree, rel=1e-2)
+    # inside one node nothing changes
+    inside = comm.Group(cluster(gpu, 256), np.array([8]), np.array([1]))
+    assert comm.all_gather_time(inside, 1e9)[0] == pytest.approx(1e9 * 7 / 8 / 100e9, rel=1e-6)
+
+
+def test_dp_bucket_mb_sets_the_gradient_calls():
+    """torch DDP buckets of 25 MiB of 16-bit gradients (nanotron's ddp_bucket_cap_mb): 100M
+    parameters reduce in ceil(100e6 / 13,107,200) = 8 calls of 13,107,200 fp32 elements
+    (52.4 MB) instead of Megatron's 3 calls of 40M elements. On a flat 100 GB/s node of 8 with
+    negligible latency each call is 2 x 4 B x elements x 7/8 / 100 GB/s (every call is charged a
+    full bucket: 8 x 13,107,200 against 3 x 40M elements)."""
+    gpu = flat_gpu(intra_gb=100.0)
+    group = comm.Group(cluster(gpu, 8), np.array([8.0]), np.array([1.0]))
+    per_step, _, _ = comm.dp_traffic_time(group, 100e6, np.array([0]), 4.0, 1.0, bucket_mb=25)
+    assert float(per_step[0]) == pytest.approx(2 * 4 * 8 * 13_107_200 * 7 / 8 / 100e9,
+                                               rel=1e-6)
+    megatron, _, _ = comm.dp_traffic_time(group, 100e6, np.array([0]), 4.0, 1.0)
+    assert float(megatron[0]) == pytest.approx(2 * 4 * 3 * 40e6 * 7 / 8 / 100e9, rel=1e-6)

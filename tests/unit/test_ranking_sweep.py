@@ -39,6 +39,8 @@ def test_the_sweep_loads_as_shipped(sweep_groups) -> None:
     assert sum(len(g.layouts) for g in sweep_groups) == 755
     assert all(g.runs[0].stack == "nanotron" for g in sweep_groups)
     assert not any(g.runs[0].job.param_gather_overlap for g in sweep_groups)
+    # torch DDP's 25 MiB buckets (nanotron ddp_bucket_cap_mb) from the stack's recipe
+    assert all(g.runs[0].job.dp_bucket_mb == 25 for g in sweep_groups)
 
 
 def test_ranking_floor(sweep_groups) -> None:
