@@ -555,10 +555,14 @@ def few_shot(runs: Sequence[MeasuredRun], predictor: Predictor, k: int,
         pred, sigma = fit.band(truns, tlays)
         after = pred / meas - 1
         inside = np.abs(np.log(meas / pred)) <= sigma
+        # the band the plans carry after `solve --calibrate`: predicted x (1 -+ the profile's
+        # step_time_rel_error), planner.data.bands.coverage's definition
+        rel = float(fit.profile.step_time_rel_error)
         for i, run in enumerate(truns):
             per_run.append({"source": source, "stack": name, "gpu": gpu, "run": run.run_id,
                             "before": before[i], "after": after[i], "sigma": sigma[i],
-                            "inside": bool(inside[i])})
+                            "inside": bool(inside[i]), "profile_band": rel,
+                            "inside_profile": bool(abs(meas[i] / pred[i] - 1) <= rel)})
         summary.append({
             "source": source, "stack": name, "gpu": gpu, "calibrated_gpus":
             "/".join(str(r.cluster.num_gpus) for r, _ in cal), "predicted": len(tgt),

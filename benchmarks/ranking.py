@@ -8,6 +8,7 @@
     python benchmarks/ranking.py --stack-knobs gemm_scale,layer_overhead_us,intra_bw_scale
     python benchmarks/ranking.py --closed-loop 3 --loop-knobs intra_bw_scale  # refit these only
     python benchmarks/ranking.py --markdown out.md     # also write the tables as markdown
+    python benchmarks/ranking.py --healthy 0.333       # without runs logged on a degraded network
 
 What a user takes from `planner solve` is its first plan, so beyond step-time error
 (benchmarks/accuracy.py) this asks: among layouts that were all measured on the same job, does
@@ -44,6 +45,7 @@ group's own: how well the structure ranks once the stack's efficiency is known.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -324,6 +326,11 @@ def closed_loop_group(group: Group, k: int, before: Sequence[Plan],
         return float(np.median([abs(pred[i] / group.measured[i] - 1) for i in rest])) \
             if rest else np.nan
 
+    def rest_covered(pred: dict[int, float], rel: float) -> float:
+        """Share of the layouts not run inside the step-time band pred x (1 -+ rel)."""
+        return float(np.mean([abs(group.measured[i] / pred[i] - 1) <= rel for i in rest])) \
+            if rest else np.nan
+
     return {"loop_pairs": scored["pairs"], "loop_pairs_right": scored["pairs_right"],
             "loop_pairwise": scored["pairwise"], "loop_spearman": scored["spearman"],
             "loop_regret": regret_of(new_first, group.measured),
@@ -335,6 +342,11 @@ def closed_loop_group(group: Group, k: int, before: Sequence[Plan],
             "norefit_regret": regret_of(no_refit, group.measured),
             "rest_error_before": rest_error(pred_before),
             "rest_error_after": rest_error(pred_after),
+            # the step-time band's honesty on the layouts not run: the stock band before, the
+            # band the calibration measured after (planner.data.bands.coverage)
+            "rest_band_before": gpu.step_time_band, "rest_band_after": fitted.step_time_band,
+            "rest_covered_before": rest_covered(pred_before, gpu.step_time_band),
+            "rest_covered_after": rest_covered(pred_after, fitted.step_time_band),
             "loop_first": str(after[0].layout)}
 
 
@@ -382,12 +394,43 @@ def load_all(tables: Sequence[Path]) -> tuple[list[MeasuredRun], int]:
     return runs, skipped
 
 
+_ALLREDUCE_LOGGED = re.compile(r"AllReduce=([0-9.]+)")
+
+
+def logged_allreduce_busbw(run: MeasuredRun) -> float | None:
+    """The all-reduce bus bandwidth (GB/s) the run logged in its notes (the nanotron sweep's
+    'Logged bus bandwidths GB/s: AllReduce=...'), None when it logged none."""
+    found = _ALLREDUCE_LOGGED.search(run.notes or "")
+    return float(found.group(1)) if found else None
+
+
+def healthy_runs(runs: Sequence[MeasuredRun], frameworks: dict[str, str],
+                 frac: float) -> tuple[list[MeasuredRun], int]:
+    """(the runs, how many were dropped) without those whose logged all-reduce busbw is below
+    `frac` x the highest any run of the same job logged: the same job on the same GPU count
+    measured on a network that ran several times slower (docs/ranking.md, "Degraded
+    networks"). Runs that logged nothing are kept."""
+    best: dict[tuple, float] = {}
+    for run in runs:
+        bw = logged_allreduce_busbw(run)
+        if bw is not None:
+            key = _group_key(run, frameworks.get(run.run_id, ""))
+            best[key] = max(best.get(key, 0.0), bw)
+    kept = [r for r in runs if (bw := logged_allreduce_busbw(r)) is None
+            or bw >= frac * best[_group_key(r, frameworks.get(r.run_id, ""))]]
+    return kept, len(runs) - len(kept)
+
+
 def evaluate(tables: Sequence[Path], closed_loop: int | None = None, stack_fit: bool = False,
              loop_knobs: Sequence[str] | None = None, stack_knobs: Sequence[str] = STACK_KNOBS,
-             log: Any = print) -> tuple[pd.DataFrame, list[Group]]:
+             log: Any = print, healthy: float = 0.0) -> tuple[pd.DataFrame, list[Group]]:
     """One row per group: the stock ranking's metrics (and the loop's with closed_loop=K; with
-    stack_fit, prefixed "stack_", the ranking on stack_profile)."""
+    stack_fit, prefixed "stack_", the ranking on stack_profile). healthy > 0: without the runs
+    healthy_runs drops."""
     runs, skipped = load_all(tables)
+    if healthy > 0:
+        runs, dropped = healthy_runs(runs, frameworks_of(tables), healthy)
+        log(f"{dropped} runs dropped: logged all-reduce busbw below {healthy:g} x their job's best")
     predictor = Predictor()
     groups = build_groups(runs, frameworks_of(tables), predictor)
     log(f"{len(runs)} usable rows ({skipped} skipped), {len(groups)} groups of >= {MIN_LAYOUTS} "
@@ -460,6 +503,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the knobs --stack-fit fits (planner.calibrate names)")
     parser.add_argument("--markdown", type=Path, help="also write the tables as markdown")
     parser.add_argument("--rows", type=Path, help="write the per-group rows as CSV")
+    parser.add_argument("--healthy", type=float, default=0.0, metavar="F",
+                        help="leave out runs whose logged all-reduce busbw is below F x the best "
+                        "of their job (degraded networks; docs/ranking.md)")
     parser.add_argument("--order-by-time", action="store_true",
                         help="rank by predicted step time only (no robustness order inside the "
                         "tie with the fastest, as solve had before ties)")
@@ -481,7 +527,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SpecError(f"unknown profile knob(s) {', '.join(unknown)}; known: "
                         + ", ".join(sorted(known)))
     ns.stack_fit = ns.stack_fit or stack_knobs != list(STACK_KNOBS)
-    rows, _ = evaluate(tables, ns.closed_loop, ns.stack_fit, loop_knobs, stack_knobs)
+    rows, _ = evaluate(tables, ns.closed_loop, ns.stack_fit, loop_knobs, stack_knobs,
+                       healthy=ns.healthy)
     summary = summarize(rows)
     md = ["### ranking (stock profiles)", "", _markdown(_fmt(summary)), ""]
     print("\n== ranking quality, stock profiles ==")

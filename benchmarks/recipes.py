@@ -13,11 +13,15 @@ layout knobs) as `planner solve --stack` would, and report:
 - rank: the recipe's layout among the layouts that fit (1 + those predicted strictly faster; the
   recipe's open knobs, e.g. micro-batch or recompute where the table does not say, completed by
   the search as benchmarks/accuracy.py does);
-- tied: the recipe's 1-sigma step-time band overlaps the first plan's (planner.calibrate.bands);
+- tied: the recipe's 1-sigma ranking band (the error between layouts of one job,
+  planner.data.bands) overlaps the first plan's, as `solve` ties plans;
 - claimed: how much faster the planner says its first plan is (recipe / first - 1), and the same
-  in bands (the gap over the first plan's band half-width): more than 1 band = "one band behind";
-- coverage: whether the recipe's measured step time lies inside its predicted band (the band's
-  honesty: a 1-sigma band should hold 60-80% of the truths).
+  in bands (the gap over the first plan's ranking-band half-width): more than 3 half-widths =
+  more than "one band behind" (a whole band between the two bands);
+- d_<term>: where the claimed gain comes from, each time term of the recipe less the first
+  plan's, as a share of the recipe's step; main_term the largest;
+- coverage: whether the recipe's measured step time lies inside its predicted step-time band
+  (the absolute band's honesty: a 1-sigma band should hold 60-80% of the truths).
 
 Duplicates (the same job and stated knobs measured on several container versions) count once;
 the measured time is their median. Targets (issue 19): tied in >= 90% of jobs, never more than one
@@ -37,6 +41,8 @@ import pandas as pd
 
 from planner.errors import InfeasibleError, PlannerError, SpecError
 from planner.measured.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table
+from planner.plan import TIME_COLUMNS
+from planner.search.bands import estimate_columns, overlaps_best, ranking_bounds
 
 RECIPE_SOURCES = ("dgxc_benchmarking", "megatron_bridge_perf_archive", "llmfoundry_mpt_bench")
 
@@ -80,18 +86,27 @@ def rank_recipe(run: MeasuredRun, measured_s: float) -> dict[str, Any]:
     cols = result.space.columns
     fits = np.asarray(cols["fits"], dtype=bool)
     times = np.asarray(cols["step_time_s"], dtype=float)
-    half = (first.step_time_high_s - first.step_time_low_s) / 2 / first.step_time_s
+    # ties compare layouts of one job: the ranking band (planner.search.bands.ranking_bounds)
+    low, high = ranking_bounds(estimate_columns([first, rec]))
+    half = float(first.ranking_band)
     gap = rec.step_time_s / first.step_time_s - 1
+    # where the claimed gain comes from: each time term, recipe less first plan, as a share of
+    # the recipe's step (they add up to the claimed gain x first / recipe)
+    terms = {f"d_{c[5:-2]}": (getattr(rec, c) - getattr(first, c)) / rec.step_time_s
+             for c in TIME_COLUMNS}
     return {
         **base, "status": "ok", "recipe": str(mine[0].layout),
         "first": str(result.plans()[0].layout),
         "rank": int((fits & (times < rec.step_time_s)).sum()) + 1, "fitting": int(fits.sum()),
-        "tied": bool(rec.step_time_low_s <= first.step_time_high_s
-                     and rec.step_time_high_s >= first.step_time_low_s),
+        "tied": bool(overlaps_best(low, high, 0)[1]),
         "claimed": gap, "bands_behind": gap / half if half > 0 else np.inf,
         "predicted_s": rec.step_time_s, "band": half,
+        "step_band": (rec.step_time_high_s - rec.step_time_low_s) / 2 / rec.step_time_s,
+        # the absolute band's honesty: the recipe's measured time inside its step-time band
         "covered": bool(rec.step_time_low_s <= measured_s <= rec.step_time_high_s),
         "error": rec.step_time_s / measured_s - 1, "recipe_mfu": rec.mfu, "first_mfu": first.mfu,
+        **terms,
+        "main_term": max(terms, key=lambda k: terms[k]) if gap > 0 else "",
     }
 
 
@@ -107,6 +122,8 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
             "claimed_median": f"{g['claimed'].median():+.1%}",
             "claimed_max": f"{g['claimed'].max():+.1%}",
             "beyond_one_band": int((g["bands_behind"] > 3).sum()),
+            "rank_band": f"{g['band'].median():.1%}",
+            "step_band": f"{g['step_band'].median():.1%}",
             "coverage": f"{g['covered'].mean():.1%}",
             "error_median": f"{g['error'].abs().median():.1%}",
             "signed": f"{g['error'].median():+.1%}",
@@ -154,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     print("\n== recipes (tied = band overlaps the first plan's; beyond_one_band = claimed gain "
           "more than 3 half-bands: a gap of one band beyond the tie) ==")
     print(summary(frame).to_string(index=False))
+    ok = frame[(frame["status"] == "ok") & ~frame["tied"].astype(bool)]
+    if len(ok):
+        print("\n== the recipes not tied: the term that gives most of the claimed gain (count), "
+              "and each term's mean share of the recipe's step (recipe - first) ==")
+        print(ok["main_term"].value_counts().to_string())
+        print(ok[[c for c in ok.columns if c.startswith("d_")]].mean().map(
+            lambda x: f"{x:+.1%}").to_string())
     print(f"\ntotal {time.perf_counter() - t0:.0f}s")
     if ns.rows:
         frame.to_csv(ns.rows, index=False)

@@ -25,6 +25,9 @@ PLAN_COLUMNS: tuple[str, ...] = (
     "faster_than_published",
     # issue 19 section 4: what the device shows beside peak_mem_gb (what PyTorch allocates)
     "device_mem_gb",
+    # issue 19: the relative 1-sigma error between layouts of one job, the tie rule's band
+    # (planner.data.bands; step_time_low_s/high_s are the step time's absolute band)
+    "ranking_band",
 )
 TIME_COLUMNS = tuple(c for c in PLAN_COLUMNS if c.startswith("time_"))
 MEM_COLUMNS = tuple(c for c in PLAN_COLUMNS if c.startswith("mem_") and c != "mem_capacity_gb")

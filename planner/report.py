@@ -168,11 +168,14 @@ def tie_note(plans: Sequence[Plan], tied_total: int, calibrated: bool,
     how many layouts tie, how many are shown, the band they share, and the order within."""
     shown = sum(p.tied_with_best for p in plans)
     best = plans[0].estimate
-    rel = (best.step_time_high_s - best.step_time_low_s) / (2 * best.step_time_s)
-    source = "the profile's calibrated" if calibrated else "the stock model's"
+    rel = float(getattr(best, "ranking_band", float("nan")))
+    if not rel == rel:  # no ranking band (a stand-in cost function): the step-time band
+        rel = (best.step_time_high_s - best.step_time_low_s) / (2 * best.step_time_s)
+    source = ("the profile's calibrated" if calibrated else
+              "the measured error between layouts of one job,")
     count = f"at least {tied_total}" if at_least else f"{tied_total}"
     return (f"{count} layouts tie with the fastest ({shown} shown, marked '='): their "
-            f"step-time bands overlap ({source} +/-{rel:.1%}, 1 sigma); within the tie the "
+            f"ranking bands overlap ({source} +/-{rel:.1%}, 1 sigma); within the tie the "
             "ranking prefers the layout least exposed to communication and bubble time, then "
             "lower memory (docs/ranking.md)")
 

@@ -154,6 +154,11 @@ class StackPreset(BaseModel):
         default_factory=dict,
         description="Layout knob values the software can run (a knob absent: any): the search "
         "leaves the others out (JobSpec.layout_support), estimate warns about them.")
+    stage_split: Literal["even", "nanotron"] = Field(
+        default="even",
+        description="How the software places the layers on pipeline stages (vpp 1): even "
+        "(Megatron's rule, planner.layout.stage_layers) or nanotron (by compute cost, the LM "
+        "head counted: pipeline.nanotron_stage_counts).")
     factors: StackFactors = StackFactors()
     gpu_factors: dict[str, StackFactors] = Field(
         default_factory=dict,
@@ -258,6 +263,7 @@ class StackPreset(BaseModel):
             "fitted": self.fitted,
             "provenance": self.provenance.model_dump(),
             "supports": {k: list(v) for k, v in self.supports.items()},
+            "stage_split": self.stage_split,
         }
 
 

@@ -5,12 +5,12 @@
     planner solve --model llama70b --cluster 64xA100 --tp 8 --top 5 --csv plans.csv
     planner solve --model mixtral --cluster 64xH100 --json
 
-Every knob not given is searched (tp, pp, dp, cp, ep, vpp, mbs, zero, recompute, sp); a given
-one is pinned. Plans whose step-time bands overlap the fastest's are tied (tied_with_best) and
-come first, the most robust first (then lower memory); the rest by step time, exact ties to lower
-memory, then to fewer groups crossing nodes (docs/ranking.md). When nothing fits, it says why
-(the smallest memory any layout needs, what dominates it, which pin or limit binds) and exits 1;
-pins no valid layout can honour exit 2.
+Every knob not given is searched (tp, pp, dp, cp, ep, vpp, mbs, zero, recompute, sp); a given one
+is pinned. Plans whose ranking bands (the error between layouts of one job) overlap the fastest's
+are tied (tied_with_best) and come first, the most robust first (then lower memory); the rest by
+step time, exact ties to lower memory, then to fewer groups crossing nodes (docs/ranking.md). When
+nothing fits, it says why (the smallest memory any layout needs, what dominates it, which pin or
+limit binds) and exits 1; pins no valid layout can honour exit 2.
 """
 
 from __future__ import annotations

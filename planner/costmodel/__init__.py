@@ -74,6 +74,9 @@ class Estimate:
     # allocates) + the caching allocator's reserve + CUDA context + NCCL buffers
     # (memory.device_memory_gib); NaN when a cost function does not give it
     device_mem_gb: float = float("nan")
+    # relative 1-sigma error between layouts of one job (the tie rule's band; fraction):
+    # GpuProfile.ranking_band; NaN when a cost function does not give it
+    ranking_band: float = float("nan")
 
     def columns(self) -> dict[str, Any]:
         """The plan columns this estimate owns (plus the step-time band and, on pools, the
@@ -94,7 +97,7 @@ class Estimate:
         for f in fields(cls):
             if f.name in ("overflow", "stage_time_s", "stage_mem_gb"):
                 continue
-            if f.name == "device_mem_gb" and f.name not in cols:
+            if f.name in ("device_mem_gb", "ranking_band") and f.name not in cols:
                 continue  # a cost function without it (tests' stand-ins)
             v = cols[f.name][i]
             if f.type in ("int", int):

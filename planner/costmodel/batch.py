@@ -142,7 +142,7 @@ def estimate_batch(
     """Plan columns (numeric, non-layout) for each layout, as numpy arrays of equal length.
 
     Layouts must be structurally valid (checks.layout_violations empty); invalid ones give
-    finite but meaningless numbers. Extra keys: step_time_low_s, step_time_high_s,
+    finite but meaningless numbers. Extra keys: step_time_low_s, step_time_high_s, ranking_band,
     peak_stage (pipeline stage of the most loaded GPU), slow_stage, in_flight, model_flops,
     hw_flops; the slowest stage's per-micro-batch pass times fwd_mb_s, bwd_mb_s, recompute_mb_s,
     stage_mb_s (all of its per-micro-batch time, comm included) and one p2p_send_s. all_stages:
@@ -403,13 +403,15 @@ def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _
         peak_stage = np.argmax(total, axis=1)  # the most loaded GPU
         capacity = np.full(n_layouts, pools[0].gpu.usable_memory_gib)
         hbm: Any = pools[0].gpu.memory_gib
-        rel: Any = pools[0].gpu.step_time_band  # calibrated, else the stock model's error
+        rel: Any = pools[0].gpu.step_time_band  # calibrated, else the held-out error
+        rank_rel: Any = pools[0].gpu.ranking_band  # the error between layouts of one job
     else:
         cap = np.array([cl.gpu.usable_memory_gib for cl in pools])[pool]
         peak_stage = np.argmin(np.where(real, cap - total / GIB, np.inf), axis=1)  # least room
         capacity = at(cap, peak_stage)
         hbm = at(np.array([cl.gpu.memory_gib for cl in pools])[pool], peak_stage)
         rel = np.array([cl.gpu.step_time_band for cl in pools])[at(pool, slow)]
+        rank_rel = np.array([cl.gpu.ranking_band for cl in pools])[at(pool, slow)]
     step = time_compute + time_tp + time_cp + time_ep + bubble + time_pp_comm + time_dp + time_opt
     # a trained router's load is known only to a range (moe.load_band_seconds)
     load_minus, load_plus = moe.load_band_seconds(model, job.moe_routing, job.moe_capacity_factor,
@@ -455,6 +457,7 @@ def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _
         "mem_other_gb": mem_at_peak(lambda t, mem: mem.other),
         "step_time_low_s": step * (1 - rel) - load_minus,
         "step_time_high_s": step * (1 + rel) + load_plus,
+        "ranking_band": np.broadcast_to(np.asarray(rank_rel, dtype=float), step.shape).copy(),
         "device_mem_gb": memory.device_memory_gib(
             peak_mem, mem_at_peak(lambda t, mem: mem.activations), hbm,
             x.tp, x.pp, x.dp, x.cp, x.ep),

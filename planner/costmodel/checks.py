@@ -129,8 +129,11 @@ def interleave_batch_allowed(pp: int, vpp: int, grad_accum: int) -> bool:
 
 
 def stage_layers_violations(num_layers: int, layout: Layout) -> list[str]:
-    """Problems of explicit layer counts: one count per stage (each at least 1; uneven counts
-    only with plain 1F1B), or with vpp > 1 one per virtual stage (Megatron's
+    """Problems of explicit layer counts: one count per stage (uneven counts only with plain
+    1F1B; the first stage holds at least one layer, a later one may hold none: nanotron's
+    cost-balanced split leaves the stages from the LM head's on without layers,
+    pipeline.nanotron_stage_counts; `--stage-layers` on the command line still asks for one per
+    stage, cli.options), or with vpp > 1 one per virtual stage (Megatron's
     --pipeline-model-parallel-layout: a chunk may hold no decoder layer, as Megatron builds
     empty stages, but every pipeline stage holds a layer or, the first and the last, the
     embedding or the loss); the counts sum to the layers."""
@@ -146,7 +149,7 @@ def stage_layers_violations(num_layers: int, layout: Layout) -> list[str]:
     elif len(counts) != layout.pp:
         chunks = f" or pp*vpp={layout.pp * layout.vpp}" if layout.vpp > 1 else ""
         out.append(f"--stage-layers gives {len(counts)} stages but pp={layout.pp}{chunks}")
-    elif min(counts) < 1:
+    elif min(counts) < 0 or counts[0] < 1:
         out.append("--stage-layers: every stage needs at least one layer")
     if sum(counts) != num_layers:
         out.append(f"--stage-layers sums to {sum(counts)} layers, the model has {num_layers}")

@@ -49,6 +49,29 @@ class StageFeatures:
     mtp: np.ndarray
 
 
+def nanotron_stage_counts(model: ModelSpec, pp: int) -> list[int]:
+    """Decoder layers per pipeline stage as nanotron places them (models/base.py build_model
+    @ 0e0a27e, the sweep's commit, unchanged at 2411b02): its pipeline blocks in order
+    (embedding, the layers, final norm, LM head, fp32 cast, loss) with costs from
+    LlamaForTraining.get_block_compute_costs (a layer 4 h^2 + 3 ffn h, the LM head vocab x h,
+    the rest 0); each block goes to the current rank, which moves on once the cumulative cost
+    exceeds total x (rank + 1) / pp. A large vocabulary thus leaves the head's stage with few
+    or no layers and the stages after it empty; the cost model holds the head on the last stage,
+    which gives the same stage times (empty stages cost nothing) and the same bubble."""
+    h, n_layers = model.hidden_size, model.num_hidden_layers
+    layer = 4 * h * h + 3 * model.intermediate_size * h
+    blocks = [0] + [layer] * n_layers + [0, model.vocab_size * h, 0, 0]
+    total = float(sum(blocks))
+    counts, rank, cum = [0] * pp, 0, 0.0
+    for i, cost in enumerate(blocks):
+        cum += cost
+        if 1 <= i <= n_layers:
+            counts[rank] += 1
+        if cum > total * ((rank + 1) / pp) and rank < pp - 1:
+            rank += 1
+    return counts
+
+
 def split_layers(counts: Sequence[int]) -> list[list[int]]:
     """Layer indices of each stage for explicit per-stage layer counts (contiguous, in order)."""
     stages, start = [], 0

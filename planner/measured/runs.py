@@ -51,6 +51,7 @@ class MeasuredRun:
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     stack: str = DEFAULT_STACK  # software stack preset name (planner.stacks)
+    stage_layers: tuple[int, ...] = ()  # layers per stage where the software's split is not even
 
     @property
     def layout(self) -> Layout | None:
@@ -64,7 +65,7 @@ class MeasuredRun:
             pins.setdefault("sp", False)
         if any(k not in pins for k in KNOBS):
             return None
-        return Layout(**{k: pins[k] for k in KNOBS})
+        return Layout(**{k: pins[k] for k in KNOBS}, stage_layers=self.stage_layers)
 
     def with_gpu(self, gpu: GpuProfile) -> MeasuredRun:
         """The same run predicted with another GPU profile (node shape kept)."""
@@ -530,6 +531,11 @@ def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] |
         # what the software cannot do (Megatron-DeepSpeed: no interleaving, no SP; Megatron-LM
         # 2021: no distributed optimizer), unless the row says otherwise
         pins.setdefault(knob, value)
+    split: tuple[int, ...] = ()
+    if stack.stage_split == "nanotron" and pins.get("pp", 1) > 1 and pins.get("vpp", 1) == 1:
+        from planner.costmodel.pipeline import nanotron_stage_counts
+
+        split = tuple(nanotron_stage_counts(model, pins["pp"]))
     oom = is_oom_row(row)
     step = None if oom else step_time_of(row)
     if step is None and not oom:
@@ -539,7 +545,7 @@ def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] |
         source_id=str(row.get("source_id", "csv")),
         model=model, cluster=cluster, job=job, pins=pins, measured_step_time_s=step, oom=oom,
         quality=str(row.get("quality", "A")), gpu_type=gpu_type, notes=str(row.get("notes", "")),
-        stack=stack.name,
+        stack=stack.name, stage_layers=split,
         extra={"warnings": warnings} if warnings else {},
     ))
 

@@ -1,13 +1,16 @@
 """Prediction bands: when can two plans be told apart, and which of a tie to prefer?
 
-Every Estimate carries step_time_low_s / step_time_high_s, the 1-sigma band: the profile's
-calibrated step_time_rel_error, or for a stock profile the cost model's documented error between
-layouts of one job (GpuProfile.step_time_band, docs/accuracy.md "Prediction bands"). Plans whose
-band overlaps the best plan's band are tied with it: the model alone cannot rank them.
+Every Estimate carries two 1-sigma bands (planner.data.bands): step_time_low_s /
+step_time_high_s, how far its step time may be off (the calibrated step_time_rel_error, else the
+error on sources left out of every fit), and ranking_band, the relative error between layouts of
+one job (the job's common offset removed). Ranking compares layouts of one job, so ties use the
+ranking band: plans whose step_time_s x (1 -+ ranking_band) overlaps the best plan's are tied
+with it (ranking_bounds): the model alone cannot rank them.
 
 Within a tie the planner prefers the plan least sensitive to what the model is least sure of:
-the robustness score is the band's high end plus the exposed communication and pipeline-bubble
-terms once more (robust_step_time_s), then lower memory. numpy only: `solve` uses it.
+the robustness score is the ranking band's high end plus the exposed communication and
+pipeline-bubble terms once more (robust_step_time_s), then lower memory. numpy only: `solve`
+uses it.
 """
 
 from __future__ import annotations
@@ -31,12 +34,25 @@ UNCERTAIN_TERMS: tuple[str, ...] = (
 UNCERTAIN_TERM_FACTOR = 1.0
 
 
-def robust_step_time(columns: Mapping[str, Any]) -> np.ndarray:
-    """Robustness score of each row of cost columns, seconds (lower is more robust): the band's
-    high end (step_time_high_s, else step_time_s) plus UNCERTAIN_TERM_FACTOR times the exposed
-    communication and bubble terms. Columns a cost function lacks count as 0."""
+def ranking_bounds(columns: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) of the ranking band of each row, seconds: step_time_s x (1 -+ ranking_band);
+    columns without ranking_band (a cost function that lacks it) fall back to the step-time band
+    (step_time_low_s / step_time_high_s, else the step time itself)."""
     step = np.asarray(columns["step_time_s"], dtype=float)
-    high = np.asarray(columns.get("step_time_high_s", step), dtype=float)
+    if "ranking_band" in columns:
+        rel = np.asarray(columns["ranking_band"], dtype=float)
+        rel = np.where(np.isfinite(rel), rel, 0.0)
+        return step * (1 - rel), step * (1 + rel)
+    return (np.asarray(columns.get("step_time_low_s", step), dtype=float),
+            np.asarray(columns.get("step_time_high_s", step), dtype=float))
+
+
+def robust_step_time(columns: Mapping[str, Any]) -> np.ndarray:
+    """Robustness score of each row of cost columns, seconds (lower is more robust): the ranking
+    band's high end (ranking_bounds) plus UNCERTAIN_TERM_FACTOR times the exposed communication
+    and bubble terms. Columns a cost function lacks count as 0."""
+    step = np.asarray(columns["step_time_s"], dtype=float)
+    high = ranking_bounds(columns)[1]
     uncertain = np.zeros_like(step)
     for term in UNCERTAIN_TERMS:
         if term in columns:
@@ -50,29 +66,31 @@ def overlaps_best(low: np.ndarray, high: np.ndarray, best: int) -> np.ndarray:
     return (low <= high[best]) & (high >= low[best])
 
 
-def _band(plan: Any) -> tuple[float, float]:
-    est = plan.estimate
-    t = float(est.step_time_s)
-    low = float(getattr(est, "step_time_low_s", t))
-    high = float(getattr(est, "step_time_high_s", t))
-    return low, high
+BAND_COLUMNS = ("step_time_s", "step_time_low_s", "step_time_high_s", "ranking_band")
+
+
+def estimate_columns(ests: Sequence[Any], names: Sequence[str] = BAND_COLUMNS,
+                     ) -> dict[str, np.ndarray]:
+    """Columns of Estimate-like objects (those they have)."""
+    return {c: np.array([float(getattr(e, c)) for e in ests]) for c in names
+            if all(hasattr(e, c) for e in ests)}
 
 
 def plans_indistinguishable(plans: Sequence[Any]) -> int:
-    """How many of the ranked `plans` (the first one included) have a step-time band that
-    overlaps the first plan's band: 1 means the winner is clear; k means k plans cannot be told
+    """How many of the ranked `plans` (the first one included) have a ranking band that
+    overlaps the first plan's: 1 means the winner is clear; k means k plans cannot be told
     apart. 0 for an empty list. Without bands only exact ties count."""
     if not plans:
         return 0
-    bands = np.array([_band(p) for p in plans])
-    return int(overlaps_best(bands[:, 0], bands[:, 1], 0).sum())
+    low, high = ranking_bounds(estimate_columns([p.estimate for p in plans]))
+    return int(overlaps_best(low, high, 0).sum())
 
 
 def order_ties(plans: Sequence[Any]) -> list[Any]:
     """A list of plans (fitting first, by step time) in `solve`'s final order, for rankings
     built outside the search (benchmarks/ranking.py): the fitting plans whose band overlaps the
     fastest fitting plan's come first (those within the memory band of the capacity last), by
-    robustness score then peak memory, flagged
+    robustness score then peak memory (ties by the ranking band, ranking_bounds), flagged
     tied_with_best; the others keep their order. Ranks are renumbered from 1."""
     from dataclasses import replace
 
@@ -81,10 +99,10 @@ def order_ties(plans: Sequence[Any]) -> list[Any]:
     if not fitting:
         return [replace(p, rank=r, tied_with_best=False) for r, p in enumerate(plans, 1)]
     ests = [plans[i].estimate for i in fitting]
-    cols = {c: np.array([float(getattr(e, c, 0.0)) for e in ests])
-            for c in ("step_time_s", "step_time_low_s", "step_time_high_s", *UNCERTAIN_TERMS)}
+    cols = {c: np.array([float(getattr(e, c, 0.0)) for e in ests]) for c in UNCERTAIN_TERMS}
+    cols.update(estimate_columns(ests))
     best = int(np.argmin(cols["step_time_s"]))
-    tied = overlaps_best(cols["step_time_low_s"], cols["step_time_high_s"], best)
+    tied = overlaps_best(*ranking_bounds(cols), best)
     score = robust_step_time(cols)
     from planner.costmodel.memory import near_capacity
 

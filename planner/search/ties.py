@@ -1,13 +1,13 @@
 """Ties in the ranking: the layouts the model cannot tell from the fastest, and their order.
 
 The fastest eligible layout (by the objective of planner.search.problem: step time, memory,
-crossing groups) defines the tie: every eligible layout whose step-time band overlaps its band
-(planner.search.bands.overlaps_best) is tied with it. Tied layouts are ranked first, by the
-robustness score (bands.robust_step_time: the band's high end plus the terms the model is least
-sure of; a plan within the memory band of the capacity after those with headroom), then lower
-memory, then fewer groups crossing nodes (robust_keys); the others follow in the objective's
-order. The CP-SAT search (planner.search.search) and the exhaustive oracle
-(planner.search.exhaustive.exhaustive_ranking) both rank through these functions.
+crossing groups) defines the tie: every eligible layout whose ranking band (the error between
+layouts of one job, planner.search.bands.ranking_bounds) overlaps its band is tied with it. Tied
+layouts are ranked first, by the robustness score (bands.robust_step_time: the ranking band's high
+end plus the terms the model is least sure of; a plan within the memory band of the capacity after
+those with headroom), then lower memory, then fewer groups crossing nodes (robust_keys); the others
+follow in the objective's order. The CP-SAT search (planner.search.search) and the exhaustive
+oracle (planner.search.exhaustive.exhaustive_ranking) both rank through these functions.
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from collections.abc import Sequence
 import numpy as np
 
 from planner.costmodel.memory import near_capacity
-from planner.search.bands import overlaps_best, robust_step_time
+from planner.search.bands import overlaps_best, ranking_bounds, robust_step_time
 from planner.search.problem import OBJECTIVE_SUM_LIMIT, Space, scale_time
 
 
 def bands(space: Space) -> tuple[np.ndarray, np.ndarray]:
-    """(low, high) step-time band of every row, seconds: the cost columns', else the profile's
-    relative band around step_time_s (a cost function without band columns)."""
-    step = np.asarray(space.columns["step_time_s"], dtype=float)
-    rel = space.cluster.gpu.step_time_band
-    low = np.asarray(space.columns.get("step_time_low_s", step * (1 - rel)), dtype=float)
-    high = np.asarray(space.columns.get("step_time_high_s", step * (1 + rel)), dtype=float)
-    return low, high
+    """(low, high) ranking band of every row, seconds (bands.ranking_bounds): step_time_s x
+    (1 -+ ranking_band) from the cost columns, else the profile's ranking band (a cost function
+    without band columns)."""
+    cols = dict(space.columns)
+    if "ranking_band" not in cols and "step_time_low_s" not in cols:
+        cols["ranking_band"] = np.full(len(cols["step_time_s"]), space.cluster.gpu.ranking_band)
+    return ranking_bounds(cols)
 
 
 def tie_group(space: Space, eligible: np.ndarray, best: int) -> np.ndarray:
@@ -45,6 +45,7 @@ def robust_keys(space: Space, rows: np.ndarray) -> np.ndarray:
     then memory, then crossing groups; the same weights as Space.keys."""
     cols = {k: v for k, v in space.columns.items()}
     low, high = bands(space)
+    cols.pop("ranking_band", None)  # the score's high end: the ranking band's
     cols["step_time_high_s"] = high
     robust = robust_step_time(cols)
     wt, wm = space.objective_weights

@@ -14,14 +14,6 @@ from planner import limits
 from planner.specs.fields import Fraction, UnitInterval, count, real
 
 GIB = 2**30
-# 1-sigma relative step-time error of an uncalibrated (stock) profile, used for prediction bands
-# and ties: the robust spread (1.4826 x median absolute log residual, as planner calibrate's
-# rel_error_sigma) of the cost model's error between layouts of one job (each run's log error
-# less its group's median; groups = same source, model, GPU, GPU count, batch, sequence,
-# software) on the held-out published runs: 105 runs in 14 groups of >= 3 (BLOOM 0.068, DLPerf
-# 0.070). Each software stack's common bias (docs/accuracy.md, "Current numbers") shifts every
-# layout of a job alike and does not change their order; docs/accuracy.md "Prediction bands".
-STOCK_STEP_TIME_REL_ERROR = 0.069
 Fabric = Literal["nvlink", "nvswitch", "xgmi", "pcie", "loopback"]
 Precision = Literal["bf16", "fp16", "fp8", "tf32", "fp32"]
 
@@ -237,11 +229,23 @@ class GpuProfile(BaseModel):
 
     @property
     def step_time_band(self) -> float:
-        """Relative 1-sigma step-time band: the calibrated step_time_rel_error, else the stock
-        model's documented error between layouts (STOCK_STEP_TIME_REL_ERROR)."""
+        """Relative 1-sigma band of the step time (fraction): the calibrated step_time_rel_error,
+        else the error measured on sources left out of every fit for this kind of profile (stack
+        named or not, GEMM curve own or borrowed; planner.data.bands.absolute_band)."""
         if self.step_time_rel_error is not None:
             return self.step_time_rel_error
-        return STOCK_STEP_TIME_REL_ERROR
+        from planner.data.bands import absolute_band
+
+        return absolute_band(self)
+
+    @property
+    def ranking_band(self) -> float:
+        """Relative 1-sigma error between layouts of one job (fraction), the tie rule's band:
+        the stock one measured on the sweeps (planner.data.bands.ranking_band), never wider
+        than the step-time band (a calibrated profile's spread bounds it)."""
+        from planner.data.bands import ranking_band
+
+        return min(ranking_band(), self.step_time_band)
 
     @property
     def domain_gpus(self) -> int:

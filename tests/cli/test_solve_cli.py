@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from planner.cli import app
 from planner.plan import MEM_COLUMNS, PLAN_COLUMNS, TIME_COLUMNS
+from planner.registry import load_gpu
 from planner.search.bands import UNCERTAIN_TERMS
-from planner.specs.hardware import STOCK_STEP_TIME_REL_ERROR
 
 runner = CliRunner()
 BASE = ["solve", "--model", "llama70b", "--cluster", "128xA100"]
@@ -40,14 +40,18 @@ def test_csv_has_the_contract_columns_and_ranked_valid_plans(tmp_path):
     # step time (planner.search.ties)
     tied = [r["tied_with_best"] == "True" for r in rows]
     assert tied == sorted(tied, reverse=True)
-    robust = [float(r["step_time_high_s"]) + sum(float(r[c]) for c in UNCERTAIN_TERMS)
+    robust = [float(r["step_time_s"]) * (1 + float(r["ranking_band"]))
+              + sum(float(r[c]) for c in UNCERTAIN_TERMS)
               for r, t in zip(rows, tied, strict=True) if t]
     assert robust == sorted(robust)
     times = [float(r["step_time_s"]) for r, t in zip(rows, tied, strict=True) if not t]
     assert times == sorted(times)
-    fastest_high = min(float(r["step_time_s"]) for r in rows) * (1 + STOCK_STEP_TIME_REL_ERROR)
+    # ties by the ranking band (the error between layouts of one job), not the step-time band
+    rank = load_gpu("A100").ranking_band
+    assert all(float(r["ranking_band"]) == pytest.approx(rank) for r in rows)
+    fastest_high = min(float(r["step_time_s"]) for r in rows) * (1 + rank)
     for r, t in zip(rows, tied, strict=True):
-        assert (float(r["step_time_low_s"]) <= fastest_high) == t
+        assert (float(r["step_time_s"]) * (1 - rank) <= fastest_high) == t
     for r in rows:
         tp, pp, dp, cp = (int(r[k]) for k in ("tp", "pp", "dp", "cp"))
         assert tp * pp * dp * cp == 128

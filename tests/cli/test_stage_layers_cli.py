@@ -33,12 +33,15 @@ def test_estimate_takes_the_split_and_reports_it(tmp_path):
 
 
 def test_solve_searches_pins_and_keeps_even(tmp_path):
-    base = ["solve", *SMALL, "--tp", "1", "--pp", "4", "--vpp", "1", "--top", "2", "--json"]
+    base = ["solve", *SMALL, "--tp", "1", "--pp", "4", "--vpp", "1", "--top", "4", "--json"]
     searched = json.loads(runner.invoke(app, base).output)
     even = json.loads(runner.invoke(app, [*base, "--even-stages"]).output)
     assert all(p["stage_layers"] == [8, 8, 8, 8] for p in even)
-    assert searched[0]["stage_layers"] != [8, 8, 8, 8]
-    assert searched[0]["step_time_s"] < even[0]["step_time_s"]
+    # the fastest plan shown (ties are ordered by robustness and memory headroom, so with the
+    # measured ranking band it need not be the first) splits unevenly and beats every even one
+    fastest = min(searched, key=lambda p: p["step_time_s"])
+    assert fastest["stage_layers"] != [8, 8, 8, 8]
+    assert fastest["step_time_s"] < min(p["step_time_s"] for p in even)
     pinned = json.loads(runner.invoke(app, ["solve", *SMALL, "--tp", "1", "--top", "2", "--json",
                                             "--stage-layers", "7,9,9,7"]).output)
     assert all(p["stage_layers"] == [7, 9, 9, 7] and p["pp"] == 4 for p in pinned)

@@ -98,9 +98,10 @@ def test_one_pool_is_the_homogeneous_cluster_bit_for_bit():
 
 def test_a_pooled_plan_has_the_band_of_its_slowest_stage():
     """The step-time band of a plan on pools is its slowest stage's profile's: the stock error
-    (6.9%) with stock profiles (it was 0 on pools, so pooled plans never tied), and a pool's
-    calibrated error when its stage is the slowest."""
-    from planner.specs.hardware import STOCK_STEP_TIME_REL_ERROR
+    (the held-out error of a stock profile, planner.data.bands) with stock profiles (it was 0
+    on pools, so pooled plans never tied), and a pool's calibrated error when its stage is the
+    slowest."""
+    from planner.data.bands import absolute_band
 
     model = load_model("llama3-8b")
     pooled = parse_cluster_or_pools("32xH100+32xA100")
@@ -108,8 +109,10 @@ def test_a_pooled_plan_has_the_band_of_its_slowest_stage():
     lo = Layout(tp=8, pp=2, dp=4, zero=1, recompute="selective", sp=True, stage_layers=(16, 16))
     cols = estimate_pooled_batch(model, pooled, job, [lo], (0, 1))
     step = cols["step_time_s"][0]
-    assert cols["step_time_high_s"][0] == pytest.approx(step * (1 + STOCK_STEP_TIME_REL_ERROR))
-    assert cols["step_time_low_s"][0] == pytest.approx(step * (1 - STOCK_STEP_TIME_REL_ERROR))
+    stock = absolute_band(pooled.pools[0].gpu)
+    assert stock == absolute_band(pooled.pools[1].gpu)  # both own-curve stock profiles
+    assert cols["step_time_high_s"][0] == pytest.approx(step * (1 + stock))
+    assert cols["step_time_low_s"][0] == pytest.approx(step * (1 - stock))
     slow_pool = int(cols["stage_pool"][0, int(np.nanargmax(cols["stage_time_s"][0]))])
     assert pooled.pools[slow_pool].gpu.name == "A100-SXM4-80GB"  # the A100 stage is slower
     for calibrated, rel in ((slow_pool, 0.2), (1 - slow_pool, 0.01)):
@@ -117,7 +120,7 @@ def test_a_pooled_plan_has_the_band_of_its_slowest_stage():
         gpu = pools[calibrated].gpu.model_copy(update={"step_time_rel_error": rel})
         pools[calibrated] = pools[calibrated].model_copy(update={"gpu": gpu})
         c = estimate_pooled_batch(model, PooledCluster(pools=tuple(pools)), job, [lo], (0, 1))
-        want = rel if calibrated == slow_pool else STOCK_STEP_TIME_REL_ERROR
+        want = rel if calibrated == slow_pool else stock
         assert c["step_time_high_s"][0] / c["step_time_s"][0] - 1 == pytest.approx(want)
 
 

@@ -32,7 +32,8 @@ def test_device_memory_by_hand() -> None:
 
 
 def test_device_column_is_last_and_agrees_with_its_parts() -> None:
-    assert PLAN_COLUMNS[-1] == "device_mem_gb"
+    # followed only by ranking_band (issue 19's two bands, added after it)
+    assert PLAN_COLUMNS[-2:] == ("device_mem_gb", "ranking_band")
     model, cluster = load_model("llama3-8b"), parse_cluster("8xH100")
     layout = Layout(tp=2, pp=2, dp=2, zero=1, recompute="selective", sp=True)
     est = estimate(model, cluster, JobSpec(seq_len=4096, global_batch=64), layout)

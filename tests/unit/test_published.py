@@ -86,8 +86,9 @@ def test_a100_stock_predictions_above_the_measured_range_are_flagged(model, clus
     rows = _solve_json("--model", model, "--cluster", cluster)
     from planner.plan import PLAN_COLUMNS
 
-    # a contract column, followed only by device_mem_gb (issue 19 section 4, added after it)
-    assert PLAN_COLUMNS[-2:] == ("faster_than_published", "device_mem_gb")
+    # a contract column, followed by device_mem_gb (issue 19 section 4, added after it) and
+    # ranking_band (issue 19's two bands, added after that)
+    assert PLAN_COLUMNS[-3:] == ("faster_than_published", "device_mem_gb", "ranking_band")
     assert list(rows[0])[: len(PLAN_COLUMNS)] == list(PLAN_COLUMNS)
     for row in rows:
         slow_end = row["mfu"] * row["step_time_s"] / row["step_time_high_s"]

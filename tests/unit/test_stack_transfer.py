@@ -12,7 +12,6 @@ import pytest
 
 from planner.calibrate.stackfit import fit_stack_by_class, fit_stack_factors, predict_with
 from planner.registry import load_gpu
-from planner.specs.hardware import STOCK_STEP_TIME_REL_ERROR
 from planner.stacks import StackFactors, curve_is_borrowed, resolve_stack
 
 
@@ -67,6 +66,12 @@ def test_committed_preset_keeps_the_v100_factor_off_other_gpus():
     assert preset.factors_for("V100-SXM2-16GB").gemm_scale < 0.85
 
 
+# the stock band when this bound was set (6.9%, the error between layouts of a job on BLOOM and
+# DLPerf); the ranking band is now measured data (planner/data/step_time_bands.yaml) and wider
+# with the nanotron sweep, so the bound keeps its number rather than loosening with the data
+BETWEEN_LAYOUTS_BAND = 0.069
+
+
 def test_a_stack_fitted_on_one_gpu_predicts_another():
     """llm-foundry's FSDP runs: fit the pytorch-fsdp factors on the A100-80GB runs (relative to
     the A100 profile) and predict the H100 runs on the H100 profile. Bound: the H100 runs' own
@@ -82,5 +87,5 @@ def test_a_stack_fitted_on_one_gpu_predicts_another():
     own = fit_stack_factors(stock, list(target), [r.layout for r in target])
     moved_err, moved_signed = _median_err(moved, target)
     own_err, _ = _median_err(own, target)
-    assert moved_err <= own_err + STOCK_STEP_TIME_REL_ERROR
+    assert moved_err <= own_err + BETWEEN_LAYOUTS_BAND
     assert abs(moved_signed) <= 0.10  # no large bias travels with the factor
