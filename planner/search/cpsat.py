@@ -19,7 +19,9 @@ passed through):
    exclude layouts; minimize the sum of the chosen layouts' objective values (step time, then
    memory, then groups crossing nodes; problem.Space.keys). The optimum is the K best distinct
    plans in one solve: a cardinality row plus fixings has an integral LP relaxation, and CP-SAT
-   proves it in presolve.
+   proves it in presolve. Rows above the K-th smallest objective value are fixed out first;
+   when at most K rows remain (no tie at the K-th value) the selection is forced, and they are
+   the answer without a solve.
 
 Why not one model with the cost terms as functions of the knob variables: the cost model is not
 linear in the knobs, so the link is a table over the evaluated layouts; linking ten knob variables
@@ -43,6 +45,7 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model_helper as cmh
 
+from planner.search import problem
 from planner.search.problem import (
     KNOBS,
     STRUCTURE_KNOBS,
@@ -301,7 +304,8 @@ class StructureModel:
 
 
 class SelectionModel:
-    """Top-K selection over an evaluated space (module docstring 2); variable i is row i."""
+    """Top-K selection over an evaluated space (module docstring 2); variable j is row
+    self.rows[j]: the free rows (the reference: every row, variable i is row i)."""
 
     def __init__(
         self, space: Space, pins: Mapping[str, Any], top_k: int, config: SolverConfig | None = None,
@@ -320,10 +324,21 @@ class SelectionModel:
         self._add_pins()
         self._add_memory_limit()
         self._add_key_bound()
-        self._add_choice_variables()
-        self._add_cardinality()
-        self._add_objective()
-        self._add_hint()
+        # the rows left after the key bound: when there are at most K of them (no tie at the
+        # K-th value), every optimal selection takes them all, so that is CP-SAT's answer and
+        # the model is not built (Mixtral on 65536 H100 at 2**20 sequences: 161k variables,
+        # 0.1 s to build and 0.2 s to solve and read back, twice per search)
+        self.free = np.flatnonzero(~self._excluded)
+        self.forced = problem.EXACT_SHORTCUTS and 1 <= len(self.free) <= top_k
+        # the model's variables: one per free row (the excluded rows are fixed to 0, which
+        # presolve drops first; 136k of DeepSeek-V3's rows took 0.1 s to write and 0.1 s to
+        # drop, twice per search), or, for the reference, one per row of the space
+        self.rows = self.free if problem.EXACT_SHORTCUTS else np.arange(len(space))
+        if not self.forced:
+            self._add_choice_variables()
+            self._add_cardinality()
+            self._add_objective()
+            self._add_hint()
 
     def _add_pins(self) -> None:
         # a pinned knob excludes every layout with another value
@@ -351,11 +366,16 @@ class SelectionModel:
         free, fixed = cmh.IntegerVariableProto(), cmh.IntegerVariableProto()
         free.domain.extend([0, 1])
         fixed.domain.extend([0, 0])
-        self.proto.variables.extend([fixed if ex else free for ex in self._excluded.tolist()])
+        self.proto.variables.extend([fixed if ex else free
+                                     for ex in self._excluded[self.rows].tolist()])
+
+    def _var(self, rows: np.ndarray) -> np.ndarray:
+        """The variables of the given rows (each in self.rows)."""
+        return np.searchsorted(self.rows, rows)
 
     def _add_cardinality(self) -> None:
         # exactly min(K, number of eligible layouts) plans: as many as exist, up to K
-        free = np.flatnonzero(~self._excluded).tolist()
+        free = self._var(self.free).tolist()
         count = min(self.top_k, len(free))
         self.model.linear([(i, 1) for i in free], count, count)
 
@@ -370,14 +390,14 @@ class SelectionModel:
         bound = min(free_keys.max() * max(self.top_k, 1), free_keys.sum()) if len(free) else 0
         if bound >= INT64_SAFE:
             raise OverflowError("objective out of int64 range; raise problem.TIME_UNIT_S")
-        self.proto.objective.vars.extend(free.tolist())
+        self.proto.objective.vars.extend(self._var(free).tolist())
         self.proto.objective.coeffs.extend(keys[free].tolist())
 
     def _add_hint(self) -> None:
         # start from the lowest-memory eligible layouts (a feasible point)
         eligible = np.flatnonzero(~self._excluded)
         order = eligible[np.argsort(self.space.mem_units[eligible], kind="stable")]
-        chosen = order[: self.top_k].tolist()
+        chosen = self._var(order[: self.top_k]).tolist()
         self.proto.solution_hint.vars.extend(chosen)
         self.proto.solution_hint.values.extend([1] * len(chosen))
 
@@ -388,15 +408,23 @@ class SelectionModel:
         if not len(self.space):
             out.status = "EMPTY"
             return out
-        response = self.model.solve(self.config)
-        out.status = response.status.name
-        if response.status == FEASIBLE:
-            raise RuntimeError("CP-SAT hit its time limit before proving the top plans optimal")
-        if response.status not in (OPTIMAL, INFEASIBLE):  # a solver fault is not "nothing fits"
-            raise RuntimeError(f"CP-SAT could not solve the selection model: {out.status}")
-        if response.status == OPTIMAL:
-            values = np.asarray(response.solution, dtype=np.int64)
-            picked = np.flatnonzero(values[: len(self.space)]).tolist()
+        if self.forced:  # every row the bound leaves is chosen (__init__)
+            out.status = "OPTIMAL"
+            picked = self.free.tolist()
+        else:
+            response = self.model.solve(self.config)
+            out.status = response.status.name
+            if response.status == FEASIBLE:
+                raise RuntimeError("CP-SAT hit its time limit before proving the top plans "
+                                   "optimal")
+            if response.status not in (OPTIMAL, INFEASIBLE):  # a fault is not "nothing fits"
+                raise RuntimeError(f"CP-SAT could not solve the selection model: {out.status}")
+            # the excluded rows are fixed to 0: read back the free ones only
+            solution = response.solution
+            picked = ([r for r, v in zip(self.free.tolist(), self._var(self.free).tolist(),
+                                         strict=True) if solution[v]]
+                      if response.status == OPTIMAL else [])
+        if out.status == "OPTIMAL":
             rows = sorted(picked, key=lambda i: (int(self.keys[i]), self._row(i)))
             out.indices = rows
             out.objectives = [int(self.keys[i]) for i in rows]

@@ -62,7 +62,14 @@ TIME_UNIT_S = 1e-6  # solver time unit: one microsecond (coarser when the object
 # the rows it may choose must stay below this (ortools validates objective overflow)
 OBJECTIVE_SUM_LIMIT = 2**62
 MEM_UNIT_GIB = 1.0 / 1024  # solver memory unit: one MiB
+EVAL_CHUNK = 16384  # rows per cost-model call in evaluate (its temporaries: ~100 arrays a row)
 MESH_AXES: tuple[str, ...] = ("tp", "cp", "dp", "pp")  # axes whose groups may cross nodes
+# The search's exact shortcuts (docs/solve_speed.md): a split or a top-K selection whose optimum
+# is unique is taken without CP-SAT, the split search works a window of chunks ahead and keeps
+# the K-th best incrementally. False runs CP-SAT on every split and selection, chunk by chunk:
+# the reference that tests/search/test_fast_paths.py and `benchmarks/solve_speed.py --check`
+# hold the shortcuts to (identical spaces and plans).
+EXACT_SHORTCUTS = True
 
 # (model, cluster, job, columns of knob arrays) -> cost columns; planner.costmodel.estimate_batch
 BatchCost = Callable[[ModelSpec, ClusterSpec, JobSpec, Mapping[str, np.ndarray]], dict]
@@ -188,14 +195,29 @@ def expand_structures(
     moe: bool = False,
 ) -> dict[str, np.ndarray]:
     """Knob columns of the space: each (tp, pp, dp, cp, ep, etp, vpp, mbs) times its inner
-    knobs."""
-    rows = [
-        (*st, z, r, s)
-        for st in sorted(structures)
-        for z, r, s in inner_knobs(st[0], st[2], st[3], pins, offload, moe)
-    ]
-    table = np.array(rows, dtype=np.int64).reshape(-1, len(KNOBS))
-    return {k: table[:, i] for i, k in enumerate(KNOBS)}
+    knobs, in structure order then inner_knobs order. Built with numpy: inner_knobs once per
+    distinct (tp, dp, cp), each structure's rows gathered from its padded table (a Python row
+    per layout took 0.1 s of Mixtral's 161k rows on 65536 H100 at 2**20 sequences)."""
+    width = len(STRUCTURE_KNOBS)
+    structs = np.array(sorted(structures), dtype=np.int64).reshape(-1, width)
+    if not len(structs):
+        return {k: np.zeros(0, dtype=np.int64) for k in KNOBS}
+    triples = structs[:, [0, 2, 3]]  # tp, dp, cp: all that inner_knobs reads of a structure
+    uniq, group = np.unique(triples, axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    combos = [inner_knobs(int(t), int(d), int(c), pins, offload, moe) for t, d, c in uniq]
+    longest = max(len(c) for c in combos)
+    table = np.zeros((len(combos), max(longest, 1), len(KNOBS) - width), dtype=np.int64)
+    for g, rows in enumerate(combos):
+        if rows:
+            table[g, : len(rows)] = rows
+    counts = np.array([len(c) for c in combos], dtype=np.int64)[group]
+    starts = np.cumsum(counts) - counts
+    total = int(counts.sum())
+    within = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+    inner = table[np.repeat(group, counts), within]
+    full = np.concatenate([np.repeat(structs, counts, axis=0), inner], axis=1)
+    return {k: full[:, i] for i, k in enumerate(KNOBS)}
 
 
 def expand_held_knobs(structures: list[tuple[int, ...]], domains: Domains, moe: bool,
@@ -243,6 +265,34 @@ def scale_memory(
     return np.where(fits, np.minimum(mem, cap), np.maximum(mem, cap + 1)), cap
 
 
+def crossing_column(knobs: Mapping[str, np.ndarray], gpus_per_node: int) -> np.ndarray:
+    """crossing_groups of every row, computed once per distinct (tp, cp, dp, pp). The four
+    degrees are packed into one int64 key (mixed radix, each digit below its column's max + 1)
+    so the unique is 1-D: numpy's row-wise unique sorts a structured view, 0.1-0.5 s on the
+    161k rows of Mixtral on 65536 H100 at 2**20 sequences (the search builds ~40 spaces)."""
+    cols = [np.asarray(knobs[k], dtype=np.int64) for k in ("tp", "cp", "dp", "pp")]
+    if not len(cols[0]):
+        return np.zeros(0, np.int64)
+    key = np.zeros(len(cols[0]), dtype=np.int64)
+    radix = 1
+    for col in cols:
+        base = int(col.max()) + 1
+        radix *= base
+        key = key * base + col
+    if radix >= 2**62:  # cannot pack: the row-wise unique
+        degrees = np.stack(cols, axis=1)
+        uniq, inverse = np.unique(degrees, axis=0, return_inverse=True)
+    else:
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        uniq = np.stack(cols, axis=1)[first]
+    per_combo = np.array(
+        [crossing_groups(Layout(tp=int(t), cp=int(c), dp=int(d), pp=int(p)), gpus_per_node)
+         for t, c, d, p in uniq],
+        dtype=np.int64,
+    )
+    return per_combo[inverse.reshape(-1)]
+
+
 @dataclass
 class Space:
     """The evaluated space of one problem: knob columns (one int array per knob, recompute as a
@@ -258,6 +308,8 @@ class Space:
     mem_units: np.ndarray = field(init=False)
     cap_units: int = field(init=False)
     crossing: np.ndarray = field(init=False)
+    # the crossing column of a space with the same (tp, cp, dp, pp) rows (stages._with_splits)
+    crossing_given: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         n = len(self)
@@ -277,17 +329,10 @@ class Space:
         else:
             self.time_units = np.zeros(0, np.int64)
             self.mem_units, self.cap_units = np.zeros(0, np.int64), int(capacity / MEM_UNIT_GIB)
-        degrees = np.stack([self.knobs[k] for k in ("tp", "cp", "dp", "pp")], axis=1)
-        uniq, inverse = np.unique(degrees, axis=0, return_inverse=True)
-        gpn = self.cluster.gpus_per_node
-        per_combo = np.array(
-            [
-                crossing_groups(Layout(tp=int(t), cp=int(c), dp=int(d), pp=int(p)), gpn)
-                for t, c, d, p in uniq
-            ],
-            dtype=np.int64,
-        )
-        self.crossing = per_combo[inverse.reshape(-1)] if n else np.zeros(0, np.int64)
+        if self.crossing_given is not None:  # the same degrees as a space already built
+            self.crossing = self.crossing_given
+        else:
+            self.crossing = crossing_column(self.knobs, self.cluster.gpus_per_node)
 
     def _objective_sum_bound(self) -> float:
         """Upper bound of the objective's coefficient sum over the fitting rows (float)."""
@@ -354,10 +399,20 @@ def evaluate(
     knobs: dict[str, np.ndarray],
     batch_cost: BatchCost | None = None,
 ) -> Space:
-    """Evaluate knob columns with the cost model (planner.costmodel.estimate_batch by default)."""
+    """Evaluate knob columns with the cost model (planner.costmodel.estimate_batch by default,
+    EVAL_CHUNK rows at a time: it is elementwise in the rows, so the columns are the same as in
+    one call, and its temporaries stay small; Mixtral on 65536 H100 at 2**20 sequences: 161k
+    rows, measured in docs/solve_speed.md). A given batch_cost sees every row at once."""
+    chunked = batch_cost is None
     if batch_cost is None:
         from planner.costmodel import estimate_batch as batch_cost
-    columns = batch_cost(model, cluster, job, knobs) if len(knobs["tp"]) else {}
+    n = len(knobs["tp"])
+    if n <= EVAL_CHUNK or not chunked:
+        columns = batch_cost(model, cluster, job, knobs) if n else {}
+    else:
+        parts = [batch_cost(model, cluster, job, {k: v[i:i + EVAL_CHUNK] for k, v in knobs.items()})
+                 for i in range(0, n, EVAL_CHUNK)]
+        columns = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
     return Space(model, cluster, job, knobs, columns)
 
 

@@ -13,11 +13,15 @@ model; a stage holds at most SPLIT_MAX_FACTOR x ceil(layers / pp) + 2 layers (be
 is never the best split with linear stage times; the bound keeps the tables small).
 
 Solved by CP-SAT (cpsat.SplitModel); split_dp is the exact dynamic-programming oracle over
-(stages, layers) the tests hold it to. improve_splits runs the split search inside `search`:
-a layout's split replaces the even rule's (pipeline.stage_layer_counts) only where its
-re-evaluated step time is lower, or it fits where the even one does not. Layouts whose step
-time cannot beat the K-th best plan even with perfectly balanced stages (a lower bound from the
-linear stage times) are skipped, which keeps the search exact for the top K.
+(stages, layers) the tests hold it to. solve_splits runs that dynamic program first, batched
+over problems of one shape, and takes its split where the optimum is unique (CP-SAT's answer
+then); CP-SAT chooses where several splits tie.
+
+improve_splits runs the split search inside `search`: a layout's split replaces the even
+rule's (pipeline.stage_layer_counts) only where its re-evaluated step time is lower, or it fits
+where the even one does not. Layouts whose step time cannot beat the K-th best plan even with
+perfectly balanced stages (a lower bound from the linear stage times) are skipped, which keeps
+the search exact for the top K.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ import numpy as np
 
 from planner.costmodel import pipeline
 from planner.layout import chunks_of_stages
-from planner.search.problem import MEM_UNIT_GIB, Space, Split, evaluate
+from planner.search import problem as _problem
+from planner.search.problem import MEM_UNIT_GIB, Space, Split
 from planner.specs import GIB
 
 if TYPE_CHECKING:
@@ -178,6 +183,113 @@ def split_dp(problem: SplitProblem) -> Split:
     return Split(tuple(second[1]), slowest, second[0])
 
 
+def _shifts(layers: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """(index, valid) of shape (width, layers + 1): a stage taking n = row + 1 layers to reach
+    l = column layers follows l - n layers on the stages before it (valid where l >= n)."""
+    idx = np.arange(layers + 1)[None, :] - np.arange(1, width + 1)[:, None]
+    return np.maximum(idx, 0), idx >= 0
+
+
+def _minmax_batch(layers: int, cost: np.ndarray, allowed: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """_minmax_dp over a batch of problems of one shape ((P, stages, width) tables), each
+    stage's counts in one numpy step: (optimum per problem, BIG where none; choices
+    (P, stages, layers + 1), the smallest count among equal values as _minmax_dp picks)."""
+    batch, stages, width = cost.shape
+    idx, valid = _shifts(layers, width)
+    best = np.full((batch, layers + 1), BIG, dtype=np.int64)
+    best[:, 0] = 0
+    choice = np.zeros((batch, stages, layers + 1), dtype=np.int64)
+    for i in range(stages):
+        prev = best[:, idx]  # (P, width, layers + 1)
+        ok = valid[None] & allowed[:, i, :, None] & (prev < BIG)
+        cand = np.where(ok, np.maximum(prev, cost[:, i, :, None]), BIG)
+        pick = np.argmin(cand, axis=1)
+        best = np.take_along_axis(cand, pick[:, None, :], axis=1)[:, 0, :]
+        choice[:, i] = pick + 1
+    return best[:, layers], choice
+
+
+def _counts_of(choice: np.ndarray, layers: int) -> tuple[int, ...]:
+    """The split a (stages, layers + 1) choice table leads to, back from the last stage."""
+    counts, left = [], layers
+    for i in range(choice.shape[0] - 1, -1, -1):
+        n = int(choice[i, left])
+        counts.append(n)
+        left -= n
+    return tuple(counts[::-1])
+
+
+def _ways_batch(layers: int, allowed: np.ndarray, cap: int = 2) -> np.ndarray:
+    """How many splits use only allowed counts ((P, stages, width)), per problem, up to cap."""
+    batch, stages, width = allowed.shape
+    idx, valid = _shifts(layers, width)
+    ways = np.zeros((batch, layers + 1), dtype=np.int64)
+    ways[:, 0] = 1
+    for i in range(stages):
+        take = valid[None] & allowed[:, i, :, None]
+        ways = np.minimum(np.where(take, ways[:, idx], 0).sum(axis=1), cap)
+    return ways[:, layers]
+
+
+def solve_splits(layers: int, time: np.ndarray, memory: np.ndarray, fits: np.ndarray,
+                 config: SolverConfig | None = None) -> list[Split]:
+    """CP-SAT's answers (cpsat.SplitModel) to a batch of split problems of one shape
+    ((P, stages, width) tables), fast: the dynamic program finds each optimum (slowest stage,
+    then peak memory; exact, the tests hold CP-SAT to it) and counts the splits that reach it.
+    Where one split does, it is the split any exact solver returns, CP-SAT included, and CP-SAT
+    is not run; where several tie, CP-SAT chooses among them as before (its choice is what the
+    plans show). Mixtral on 65536 H100 at 2**20 sequences: 135 problems, every optimum unique,
+    4 ms per CP-SAT solve -> ~0.1 ms each."""
+    slowest, _ = _minmax_batch(layers, time, fits)
+    feasible = slowest < BIG
+    within = fits & (time <= slowest[:, None, None])
+    peak, choice = _minmax_batch(layers, memory, within)
+    ways = _ways_batch(layers, within & (memory <= peak[:, None, None]))
+    out = []
+    for p in range(len(slowest)):
+        if not _problem.EXACT_SHORTCUTS:  # the reference: CP-SAT on every problem
+            from planner.search.cpsat import SplitModel
+
+            out.append(SplitModel(SplitProblem(layers, time[p], memory[p], fits[p]),
+                                  config).solve())
+        elif not feasible[p]:
+            out.append(Split())  # no split fits: CP-SAT says INFEASIBLE (or its model is empty)
+        elif ways[p] == 1:
+            out.append(Split(_counts_of(choice[p], layers), int(slowest[p]), int(peak[p])))
+        else:
+            from planner.search.cpsat import SplitModel
+
+            problem = SplitProblem(layers, time[p], memory[p], fits[p])
+            out.append(SplitModel(problem, config).solve())
+    return out
+
+
+def solve_split(problem: SplitProblem, config: SolverConfig | None = None) -> Split:
+    """CP-SAT's answer to one split problem, through solve_splits' exact fast path."""
+    return solve_splits(problem.layers, problem.time[None], problem.memory[None],
+                        problem.fits[None], config)[0]
+
+
+def _pruned_fits(layers: int, time: np.ndarray, fits: np.ndarray, bound: np.ndarray,
+                 bounded: np.ndarray) -> np.ndarray:
+    """SplitProblem.pruned over a batch of one shape ((P, stages, width)): `bound` the slowest
+    stage of a known split where `bounded`; the same fits, problem by problem."""
+    fits = fits & (~bounded[:, None, None] | (time <= bound[:, None, None]))
+    n = np.arange(1, fits.shape[2] + 1)
+    active = np.ones(len(fits), dtype=bool)
+    for _ in range(2):
+        most = np.where(fits, n, 0).max(axis=2)  # (P, stages)
+        active &= ~(most == 0).any(axis=1)  # a stage that fits nowhere: pruning stops
+        least = np.where(active[:, None], np.where(fits, n, BIG).min(axis=2), 0)  # no overflow
+        most = np.where(active[:, None], most, 0)
+        lo = layers - (most.sum(axis=1, keepdims=True) - most)
+        hi = layers - (least.sum(axis=1, keepdims=True) - least)
+        trim = (n >= lo[:, :, None]) & (n <= hi[:, :, None])
+        fits = np.where(active[:, None, None], fits & trim, fits)
+    return fits
+
+
 def _balanced_bound(space: Space, rows: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(lower bound on each row's step time over every split, whether some split can lower
@@ -219,9 +331,7 @@ def _balanced_bound(space: Space, rows: np.ndarray
         eps = 1e-9 * lo
         cand = a * np.ceil((lo - fixed) / a - 1e-9) + fixed  # (rows, pp): one per stage
         cand = np.maximum(cand, lo)
-        held = np.floor((cand[:, :, None] - fixed[:, None, :]) / a[:, :, None] + 1e-9)
-        ok = held.sum(axis=2) >= layers - 1e-9
-        best = np.where(ok, cand, np.inf).min(axis=1)
+        best = _lowest_holding(cand, fixed, a, layers)
         rule = {v: even_totals(layers, pp, v) for v in np.unique(vpp).tolist()}
         even = np.array([rule[v] for v in vpp.tolist()], dtype=float)
         even_slowest = (a * even + fixed).max(axis=1)
@@ -242,15 +352,42 @@ def _balanced_bound(space: Space, rows: np.ndarray
     return out, gains, can_fit
 
 
+def _lowest_holding(cand: np.ndarray, fixed: np.ndarray, a: np.ndarray, layers: int
+                    ) -> np.ndarray:
+    """Per row, the smallest candidate slowest-stage time cand[:, j] at which the stages hold
+    the layers (sum_i floor((cand_j - fixed_i) / a + 1e-9) >= layers), inf where none does.
+    Stages with the same `fixed` column (every inner stage) have the same candidate and the
+    same count, so the sum is taken over the distinct columns times their multiplicity: exact,
+    the counts being integers far below 2**52 (checked; else every stage pair, (rows, pp, pp),
+    0.17 s of the bound on Mixtral's 50k pipelined rows on 65536 H100)."""
+    keep: list[int] = []
+    mult: list[int] = []
+    for j in range(fixed.shape[1]):
+        for g, c in enumerate(keep):
+            if np.array_equal(fixed[:, j], fixed[:, c]):
+                mult[g] += 1
+                break
+        else:
+            keep.append(j)
+            mult.append(1)
+    cd, fx = cand[:, keep], fixed[:, keep]
+    held = np.floor((cd[:, :, None] - fx[:, None, :]) / a[:, :, None] + 1e-9)
+    if np.isfinite(held).all() and np.abs(held).max(initial=0.0) * fixed.shape[1] < 2.0**52:
+        ok = (held * np.asarray(mult, dtype=float)).sum(axis=2) >= layers - 1e-9
+        return np.where(ok, cd, np.inf).min(axis=1)
+    held = np.floor((cand[:, :, None] - fixed[:, None, :]) / a[:, :, None] + 1e-9)
+    ok = held.sum(axis=2) >= layers - 1e-9
+    return np.where(ok, cand, np.inf).min(axis=1)
+
+
 SPLIT_CHUNK = 32  # candidate layouts whose splits are solved between two updates of the bound
+SPLIT_WINDOW = 16  # chunks solved and re-evaluated ahead of the bound's updates (replayed)
 
 
 def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
                    config: SolverConfig | None = None) -> tuple[Space, int]:
     """The space with each eligible layout's best split where it beats the even rule (module
     docstring); returns the new space and how many layouts the split search solved."""
-    from planner.search.cpsat import SplitModel  # ortools only when a split is searched
-
     model = space.model
     if not len(space) or not pipeline.uniform_layers(model):
         return space, 0
@@ -276,70 +413,168 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
         return space, 0
     # branch and bound: the candidates by bound, SPLIT_CHUNK at a time; each chunk's better
     # splits lower the K-th best step time, and the rows whose bound no longer beats it are
-    # left (their split cannot reach the top K). Mixtral on 65536 H100 at 2**20 sequences:
-    # 532 splits solved -> (measured in docs/solve_speed.md)
+    # left (their split cannot reach the top K). The work is done SPLIT_WINDOW chunks ahead:
+    # the splits of every row of the window still live, and their re-evaluation, in one pass
+    # (a row's split and its cost are its own: the numbers do not depend on which rows are
+    # solved together); then the chunks are replayed in order with the bound's updates, so the
+    # rows taken and the K-th best are exactly the chunk-by-chunk search's. Mixtral on 65536
+    # H100 at 2**20 sequences: 1,709 splits, 54 chunks, 41 cost-model calls -> 4.
     order = np.argsort(bound, kind="stable")
     cand, bound = cand[order], bound[order]
     current, current_fits = step.copy(), space.fits.copy()
     pinned = space.pin_mask(pins)
+    best_k = _KthBest(current, pinned & current_fits, top_k)
     found: dict[int, tuple[int, ...]] = {}
     solved: dict[bytes, Split] = {}  # layouts that differ in knobs the split ignores
-    done = 0
-    for start in range(0, len(cand), SPLIT_CHUNK):
-        chunk = cand[start:start + SPLIT_CHUNK]
-        live = bound[start:start + SPLIT_CHUNK] <= kth + 1e-9 * max(kth, 1.0)
-        if not live.any():
-            break  # sorted by bound: every later row is out as well
-        chunk = chunk[live]
-        done += len(chunk)
-        new: dict[int, tuple[int, ...]] = {}
-        for r, prob in zip(chunk.tolist(), split_problems(space, chunk), strict=True):
-            pp, vpp = int(k["pp"][r]), int(k["vpp"][r])
-            even = even_totals(model.num_hidden_layers, pp, vpp)
-            even_obj = None
-            if all(prob.fits[i, n - 1] for i, n in enumerate(even)):
-                even_obj = prob.objective(even)[0]
-            prob = prob.pruned(even_obj)
-            key = prob.time.tobytes() + prob.memory.tobytes() + prob.fits.tobytes()
+    costed: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []  # (rows, their columns)
+    done, start, finished = 0, 0, False
+    window = SPLIT_WINDOW if _problem.EXACT_SHORTCUTS else 1
+    while start < len(cand) and not finished:
+        stop = min(start + SPLIT_CHUNK * window, len(cand))
+        ahead = cand[start:stop][bound[start:stop] <= kth + 1e-9 * max(kth, 1.0)]
+        splits = _solve_rows(space, ahead, solved, config)
+        position: dict[int, int] = {}
+        if splits:
+            idx = np.fromiter(splits, dtype=np.int64)
+            trial = _trial(space, idx, splits)
+            costed.append((idx, trial))
+            position = {r: j for j, r in enumerate(idx.tolist())}
+        for at in range(start, stop, SPLIT_CHUNK):
+            chunk = cand[at:at + SPLIT_CHUNK]
+            live = bound[at:at + SPLIT_CHUNK] <= kth + 1e-9 * max(kth, 1.0)
+            if not live.any():
+                finished = True  # sorted by bound: every later row is out as well
+                break
+            chunk = chunk[live]
+            done += len(chunk)
+            new = {r: splits[r] for r in chunk.tolist() if r in splits}
+            if not new:
+                continue
+            found.update(new)
+            idx = np.fromiter(new, dtype=np.int64)
+            at_rows = np.array([position[r] for r in new], dtype=np.int64)
+            t_new = np.asarray(trial["step_time_s"])[at_rows]
+            fits_new = _fits(trial)[at_rows]
+            better = fits_new & (~current_fits[idx] | (t_new < current[idx]))
+            current[idx[better]] = t_new[better]
+            current_fits[idx[better]] = True
+            kth = best_k.update(idx[better & pinned[idx]])
+        start = stop
+    if not found:
+        return space, done
+    return _with_splits(space, found, costed), done
+
+
+class _KthBest:
+    """The K-th smallest of `values` over the eligible rows (inf while fewer than K), kept as
+    rows are lowered or become eligible: the K smallest before an update and the updated rows
+    hold the K smallest after it (every other row is at or above the old K-th). Equal to
+    np.partition over every eligible row (the K-th value, whichever rows tie), without its
+    2 ms per update over Mixtral's 161k rows."""
+
+    def __init__(self, values: np.ndarray, eligible: np.ndarray, k: int) -> None:
+        self.values, self.k = values, k  # `values` is updated in place by the caller
+        rows = np.flatnonzero(eligible)
+        self.eligible = eligible.copy()
+        self.count = len(rows)
+        self.top = self._smallest(rows) if self.count >= k else None
+
+    def _smallest(self, rows: np.ndarray) -> np.ndarray:
+        return rows[np.argpartition(self.values[rows], self.k - 1)[: self.k]]
+
+    @property
+    def kth(self) -> float:
+        return np.inf if self.top is None else float(self.values[self.top].max())
+
+    def update(self, rows: np.ndarray) -> float:
+        """`rows` (eligible now) were lowered or became eligible; the new K-th value."""
+        fresh = rows[~self.eligible[rows]]
+        self.eligible[fresh] = True
+        self.count += len(np.unique(fresh))
+        if not _problem.EXACT_SHORTCUTS:  # the reference: a partition over every eligible row
+            if self.count >= self.k:
+                self.top = self._smallest(np.flatnonzero(self.eligible))
+            return self.kth
+        if self.top is None:
+            if self.count >= self.k:
+                self.top = self._smallest(np.flatnonzero(self.eligible))
+        elif len(rows):
+            self.top = self._smallest(np.union1d(self.top, rows))
+        return self.kth
+
+
+def _solve_rows(space: Space, rows: np.ndarray, solved: dict[bytes, Split],
+                config: SolverConfig | None) -> dict[int, tuple[int, ...]]:
+    """The best split of each row where one fits and differs from the even rule's. Each
+    problem is pruned to the counts that can beat the even split's slowest stage (or that fit,
+    when the even split does not; SplitProblem.pruned) and solved once per distinct table
+    (`solved`); the rows of one pp as one batch."""
+    layers = space.model.num_hidden_layers
+    out: dict[int, tuple[int, ...]] = {}
+    if not len(rows):
+        return out
+    problems = split_problems(space, rows)
+    pps, vpps = space.knobs["pp"][rows], space.knobs["vpp"][rows]
+    for pp, vpp in sorted(set(zip(pps.tolist(), vpps.tolist(), strict=True))):
+        sel = np.flatnonzero((pps == pp) & (vpps == vpp))
+        time = np.stack([problems[j].time for j in sel])
+        memory = np.stack([problems[j].memory for j in sel])
+        fits = np.stack([problems[j].fits for j in sel])
+        even = even_totals(layers, pp, vpp)
+        at = (slice(None), np.arange(pp), np.asarray(even) - 1)
+        fits = _pruned_fits(layers, time, fits, time[at].max(axis=1), fits[at].all(axis=1))
+        keys = [time[p].tobytes() + memory[p].tobytes() + fits[p].tobytes()
+                for p in range(len(sel))]
+        fresh: dict[bytes, int] = {}
+        for p, key in enumerate(keys):
             if key not in solved:
-                solved[key] = SplitModel(prob, config).solve()
+                fresh.setdefault(key, p)
+        if fresh:
+            todo = np.fromiter(fresh.values(), dtype=np.int64)
+            answers = solve_splits(layers, time[todo], memory[todo], fits[todo], config)
+            solved.update(zip(fresh, answers, strict=True))
+        for p, key in zip(sel.tolist(), keys, strict=True):
             split = solved[key]
             if split.counts and split.counts != even:
                 # interleaved: the stage's layers over its chunks (layout.chunks_of_stages)
-                new[r] = (split.counts if vpp == 1
-                          else tuple(chunks_of_stages(split.counts, vpp)))
-        if new:
-            found.update(new)
-            idx = np.fromiter(new, dtype=np.int64)
-            trial = _trial(space, idx, new)
-            t_new = np.asarray(trial.columns["step_time_s"])
-            better = trial.fits & (~current_fits[idx] | (t_new < current[idx]))
-            current[idx[better]] = t_new[better]
-            current_fits[idx[better]] = True
-            eligible = pinned & current_fits
-            if eligible.sum() >= top_k:
-                kth = float(np.partition(current[eligible], top_k - 1)[top_k - 1])
-    if not found:
-        return space, done
-    return _with_splits(space, found), done
+                out[int(rows[p])] = (split.counts if vpp == 1
+                                     else tuple(chunks_of_stages(split.counts, vpp)))
+    return out
 
 
-def _trial(space: Space, rows: np.ndarray, found: Mapping[int, tuple[int, ...]]) -> Space:
-    """The rows with the splits in `found`, evaluated by the cost model."""
+def _trial(space: Space, rows: np.ndarray, found: Mapping[int, tuple[int, ...]]
+           ) -> dict[str, np.ndarray]:
+    """The cost model's columns of the rows with the splits in `found` (no Space: the split
+    search reads only their step time and fits)."""
+    from planner.costmodel import estimate_batch
+
     knobs = {k: v[rows] for k, v in space.knobs.items()}
     knobs["stage_layers"] = np.empty(len(rows), dtype=object)
     knobs["stage_layers"][:] = [found[int(r)] for r in rows]
-    return evaluate(space.model, space.cluster, space.job, knobs)
+    return estimate_batch(space.model, space.cluster, space.job, knobs)
 
 
-def _with_splits(space: Space, found: Mapping[int, tuple[int, ...]]) -> Space:
+def _fits(columns: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The cost model's fits as the search reads it: Space.fits is exactly this column
+    (problem.scale_memory keeps `memory <= capacity` in integers where the model says fits)."""
+    return np.asarray(columns["fits"], dtype=bool)
+
+
+def _with_splits(space: Space, found: Mapping[int, tuple[int, ...]],
+                 costed: Sequence[tuple[np.ndarray, dict[str, np.ndarray]]]) -> Space:
     """A new space whose rows in `found` take those splits where the cost model says they are
-    better (lower step time, or fitting where the even split does not)."""
+    better (lower step time, or fitting where the even split does not); `costed` holds the
+    rows' columns under their splits (_trial's, one entry per window)."""
     rows = np.fromiter(found, dtype=np.int64)
-    trial = _trial(space, rows, found)
+    every = np.concatenate([idx for idx, _ in costed])
+    position = {r: j for j, r in enumerate(every.tolist())}
+    take_rows = np.array([position[r] for r in rows.tolist()], dtype=np.int64)
+    trial = {name: np.concatenate([np.asarray(cols[name]) for _, cols in costed])[take_rows]
+             for name in costed[0][1]}
+    trial_fits = _fits(trial)
     old_step = np.asarray(space.columns["step_time_s"])[rows]
-    new_step = np.asarray(trial.columns["step_time_s"])
-    better = (trial.fits & ~space.fits[rows]) | (trial.fits & (new_step < old_step))
+    new_step = np.asarray(trial["step_time_s"])
+    better = (trial_fits & ~space.fits[rows]) | (trial_fits & (new_step < old_step))
     if not better.any():
         return space
     take = rows[better]
@@ -355,9 +590,10 @@ def _with_splits(space: Space, found: Mapping[int, tuple[int, ...]]) -> Space:
     columns = {}
     for name, col in space.columns.items():
         col = np.array(col, copy=True)
-        col[take] = np.asarray(trial.columns[name])[better]
+        col[take] = np.asarray(trial[name])[better]
         columns[name] = col
-    return Space(space.model, space.cluster, space.job, all_knobs, columns)
+    return Space(space.model, space.cluster, space.job, all_knobs, columns,
+                 crossing_given=space.crossing)  # the same degrees row by row
 
 
 def _minmax_block(start: np.ndarray, cost: np.ndarray, allowed: np.ndarray, layers: int

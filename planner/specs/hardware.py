@@ -22,7 +22,7 @@ class Curve(BaseModel):
     """A measured y(x) relation as points, read by log-x linear interpolation and clamped at the
     ends. x and y units are stated by the field that holds the curve."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
     points: list[tuple[real(limits.MAX_CURVE_X), real(1e30)]] = Field(
         min_length=1, max_length=limits.MAX_CURVE_POINTS,
@@ -54,7 +54,7 @@ class Curve(BaseModel):
 class LinkProfile(BaseModel):
     """Collective performance of one fabric tier (inside a node, or across nodes)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
     fabric: str = Field(description="What the tier is, e.g. 'nvswitch NVLink4', 'IB NDR 8x400G'.")
     link_gb_per_s: real(limits.MAX_LINK_GB_PER_S) = Field(
@@ -95,7 +95,7 @@ class LinkProfile(BaseModel):
 class GpuProfile(BaseModel):
     """One GPU type with its usual node. Peaks are dense (no sparsity)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
     name: str = Field(description="Registry name, e.g. 'A100-SXM4-80GB'.")
     aliases: list[str] = Field(
@@ -311,7 +311,7 @@ class GpuProfile(BaseModel):
 class ClusterSpec(BaseModel):
     """A homogeneous cluster: `num_nodes` nodes of `gpus_per_node` GPUs of one profile."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
     gpu: GpuProfile = Field(description="The GPU profile.")
     num_nodes: count(limits.MAX_GPUS) = Field(description="Servers.")
@@ -347,7 +347,7 @@ class PooledCluster(BaseModel):
     64 H100 + 128 A100. A plan places whole pipeline stages on pools (a stage never spans two;
     its TP and DP groups stay inside its pool); the pools are joined by the slower network."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     pools: tuple[ClusterSpec, ...] = Field(min_length=2, description="The pools, in order.")
 
@@ -367,7 +367,7 @@ class PooledCluster(BaseModel):
 class JobSpec(BaseModel):
     """What one training step processes."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
     seq_len: count(limits.MAX_SEQ_LEN) = Field(description="Tokens per sequence.")
     global_batch: count(limits.MAX_GLOBAL_BATCH) = Field(

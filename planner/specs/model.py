@@ -20,7 +20,7 @@ LayerType = Literal["full_attention", "sliding_attention"]  # HF config.json `la
 class ModelSpec(BaseModel):
     """A decoder-only transformer. Field names follow HuggingFace config.json where one exists."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
     name: str = Field(description="Registry name, e.g. 'llama2-70b' (the YAML file's stem).")
     aliases: list[str] = Field(default_factory=list, description="Other names that resolve here.")
