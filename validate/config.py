@@ -41,6 +41,9 @@ def scaled_spec(spec: ModelSpec, scale: ScaleDown) -> ModelSpec:
     if scale.layers is not None:
         data["num_hidden_layers"] = scale.layers
         data["first_k_dense_replace"] = 0
+        if spec.layer_types is not None:  # the per-layer attention pattern, from its start
+            types = spec.layer_types
+            data["layer_types"] = [types[i % len(types)] for i in range(scale.layers)]
     if scale.hidden is not None:
         data["hidden_size"] = scale.hidden
     if scale.heads is not None:

@@ -48,6 +48,11 @@ def test_scale_down_keeps_the_architecture() -> None:
                          SMALL)  # biased experts are not built: the dense shape
     assert not biased.is_moe and biased.intermediate_size == 96
     assert scaled_spec(llama, ScaleDown()) == llama  # no override: the spec itself
+    # gpt-oss alternates sliding (128 tokens) and full attention, sliding first: 3 layers keep
+    # the first 3 of its 24 entries (it failed validation with the 24-entry list before)
+    oss = scaled_spec(load_model("gpt-oss-20b"), ScaleDown(layers=3))
+    assert oss.layer_types == ["sliding_attention", "full_attention", "sliding_attention"]
+    assert oss.sliding_window == 128
 
 
 def test_unsupported_layouts_say_why() -> None:
