@@ -20,6 +20,22 @@ from typing import Any
 from planner.errors import InfeasibleError, LayoutError, PlannerError, SpecError
 from planner.layout import KNOBS, Layout, default_layout
 
+
+def _source_tree_subpackages() -> None:
+    """Run from a source tree without the package-dir mapping of pyproject.toml (the checkout
+    on sys.path, or an editable install in setuptools' compat mode), planner.model_specs,
+    planner.hardware_profiles, planner.software_stacks and planner.validate are the folders at
+    the top of the repository: put that folder on planner's path after planner's own. A wheel
+    or a mapped editable install has them under planner already and is left as it is."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    if (root / "software_stacks" / "__init__.py").is_file() and str(root) not in __path__:
+        __path__.append(str(root))
+
+
+_source_tree_subpackages()
+
 # Everything that needs a third-party package (pydantic, yaml, numpy, ortools) loads on first
 # use, so `python -m planner` can tell a missing install apart from a bug (planner/__main__.py).
 _LAZY = {

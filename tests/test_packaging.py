@@ -10,6 +10,7 @@ run that directory's own .pth files, so the repository's editable install stays 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -83,6 +84,11 @@ def test_installed_wheel_serves_builtin_models_and_gpus(installed, tmp_path):
     # the validate subpackage ships under the planner name, never as a top-level `validate`
     _run(installed / "python", "-c", "import planner.validate", cwd=outside)
 
+    # solve reads package data beyond the specs (the measured step-time bands): a plan comes back
+    plans = json.loads(_run(installed / "planner", "solve", "--model", "llama70b", "--cluster",
+                            "128xA100", "--top", "1", "--json", cwd=outside).stdout)
+    assert plans[0]["tied_with_best"] and plans[0]["step_time_low_s"] < plans[0]["step_time_s"]
+
 
 @pytest.mark.slow
 def test_wheel_contents(installed):
@@ -100,3 +106,22 @@ def test_wheel_contents(installed):
                    for n in names)
     for keys in (REPO / "planner" / "launchers" / "known_keys").glob("*.txt"):  # export checks
         assert f"planner/launchers/known_keys/{keys.name}" in names
+    for data in (REPO / "planner" / "data").glob("*"):  # runs, bands, sweeps: every data file
+        if data.is_file() and data.suffix in (".csv", ".md", ".yaml"):
+            assert f"planner/data/{data.name}" in names
+
+
+def test_source_tree_without_the_mapping_runs(tmp_path):
+    """The checkout on PYTHONPATH (no install's package-dir mapping): the top-level data folders
+    serve as planner.software_stacks etc. (planner/__init__.py), so a bad cluster is one line and
+    exit 2, not a ModuleNotFoundError traceback."""
+    # the editable install's finder (which maps the folders) is taken off the import system
+    code = ("import runpy, sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in "
+            "repr(f).lower()]; sys.argv = ['planner', 'solve', '--model', 'llama70b', '--cluster', "
+            "'128xA1000']; runpy.run_module('planner', run_name='__main__')")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().startswith("error: cluster '128xA1000': unknown GPU 'A1000'")
+    assert len(out.stderr.strip().splitlines()) == 1
