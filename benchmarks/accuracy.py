@@ -23,7 +23,6 @@ term off by a factor shows as exp(coefficient).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,7 +33,7 @@ import pandas as pd
 
 from planner.calibrate.fit import calibrate
 from planner.costmodel.memory import MEM_REL_ERROR
-from planner.errors import InfeasibleError, PlannerError, SpecError
+from planner.errors import InfeasibleError, PlannerError, run_script
 from planner.layout import Layout
 from planner.measured.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table
 from planner.plan import TIME_COLUMNS
@@ -973,8 +972,4 @@ def _has_tabulate() -> bool:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (SpecError, PlannerError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main)

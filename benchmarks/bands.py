@@ -39,7 +39,7 @@ import accuracy  # noqa: E402
 import ranking  # noqa: E402
 
 from planner.data import bands  # noqa: E402
-from planner.errors import PlannerError, SpecError  # noqa: E402
+from planner.errors import PlannerError, run_script  # noqa: E402
 from planner.measured.runs import PUBLISHED_RUNS_CSV, load_table  # noqa: E402
 from planner.registry import load_gpu  # noqa: E402
 
@@ -311,8 +311,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (SpecError, PlannerError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main)

@@ -64,7 +64,7 @@ from accuracy import (
     _timed_by_gpu,
 )
 
-from planner.errors import PlannerError, SpecError
+from planner.errors import PlannerError, SpecError, run_script
 from planner.layout import Layout
 from planner.measured.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table
 from planner.plan import Plan
@@ -567,8 +567,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (SpecError, PlannerError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main)

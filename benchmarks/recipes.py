@@ -31,7 +31,6 @@ band behind, coverage 60-80%.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from planner.errors import InfeasibleError, PlannerError, SpecError
+from planner.errors import InfeasibleError, PlannerError, run_script
 from planner.measured.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table
 from planner.plan import TIME_COLUMNS
 from planner.search.bands import estimate_columns, overlaps_best, ranking_bounds
@@ -185,8 +184,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (SpecError, PlannerError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main)

@@ -36,3 +36,16 @@ def suggest(name: str, known: list[str], n: int = 3) -> str:
     if not close:
         return ""
     return " (did you mean: " + ", ".join(lower_to_real[c] for c in close) + "?)"
+
+
+def run_script(main) -> None:
+    """Exit with a script's main() code; a PlannerError is one `error:` line and exit 2 (the
+    benchmarks' entry point, as the CLI treats bad input)."""
+    import sys
+
+    try:
+        code = main()
+    except PlannerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code)
