@@ -99,22 +99,33 @@ class SearchResult:
     tied: list[bool] = field(default_factory=list)  # per index: tied with the fastest plan
     tied_total: int = 1  # eligible layouts of the whole space tied with the fastest (>= 1)
     ranked: list[Plan] = field(default_factory=list)
+    fastest: int | None = None  # row index of the smallest predicted step time (ties: knob tuple)
 
     def plans(self) -> list[Plan]:
         """Plans (layout + Estimate from the space's cost columns), ranked from 1."""
+        if self.space is None:
+            return list(self.ranked)
+        tied = self.tied or [r == 0 for r in range(len(self.indices))]
+        return [self._plan(i, r, bool(t))
+                for r, (i, t) in enumerate(zip(self.indices, tied, strict=True), 1)]
+
+    def fastest_plan(self) -> Plan:
+        """The plan of the smallest predicted step time, whatever the tie order puts first (the
+        stand-in for a recipe its team tuned for speed); its rank is its place in `plans()`,
+        or len(indices) + 1 when the top-K leaves it out."""
+        if self.space is None:
+            return min(self.ranked, key=lambda p: p.estimate.step_time_s)
+        i = self.indices[0] if self.fastest is None else self.fastest
+        rank = self.indices.index(i) + 1 if i in self.indices else len(self.indices) + 1
+        return self._plan(i, rank, True)
+
+    def _plan(self, i: int, rank: int, tied: bool) -> Plan:
         from planner.costmodel import Estimate
         from planner.plan import Plan
 
-        if self.space is None:
-            return list(self.ranked)
-
-        layers = self.space.model.num_hidden_layers
-        tied = self.tied or [r == 0 for r in range(len(self.indices))]
-        return [
-            Plan(with_stage_layers(self.space.layout(i), layers),
-                 Estimate.from_batch(self.space.columns, i), rank=r, tied_with_best=bool(t))
-            for r, (i, t) in enumerate(zip(self.indices, tied, strict=True), 1)
-        ]
+        layout = with_stage_layers(self.space.layout(i), self.space.model.num_hidden_layers)
+        return Plan(layout, Estimate.from_batch(self.space.columns, i), rank=rank,
+                    tied_with_best=tied)
 
 
 def with_stage_layers(layout: Layout, num_layers: int) -> Layout:
@@ -207,7 +218,8 @@ def search(
     indices, tied, tied_total = _rank_ties(space, pins, top_k, selection.indices, config)
     timings["ties_s"] = time.perf_counter() - t4
     objectives = [int(space.keys[i]) for i in indices]
-    return SearchResult(space, indices, objectives, timings, tied, tied_total)
+    return SearchResult(space, indices, objectives, timings, tied, tied_total,
+                        fastest=selection.indices[0])
 
 
 def _rank_ties(space: Space, pins: Mapping[str, Any], top_k: int, by_time: list[int],
