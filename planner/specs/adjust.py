@@ -50,8 +50,6 @@ def knobs_for(profile: GpuProfile) -> list[Knob]:
              "size dependence: the curve's x moves by 2^k FLOP (k > 0: bigger GEMMs needed)"),
         Knob("attention_efficiency", 0.05, 1.0, True,
              "fraction of peak for flash (FlashAttention-2 class) attention"),
-        Knob("fused_attention_efficiency", 0.05, 1.0, True,
-             "fraction of peak for cuDNN / FlashAttention-3 class attention (attention=cudnn)"),
         Knob("hbm_efficiency", 0.2, 1.0, True, "achieved fraction of the HBM spec"),
         Knob("intra_bw_scale", 0.02, 2.0, True, "factor on the scale-up busbw curve"),
         Knob("intra_size_log2", -6.0, 12.0, False,
@@ -72,6 +70,12 @@ def knobs_for(profile: GpuProfile) -> list[Knob]:
              "host time per layer per micro-batch pass (launches, dispatch), us; the floor "
              "(1 us) means none"),
     ]
+    if profile.fused_attention_efficiency is not None:
+        # a profile without it runs attention=cudnn at attention_efficiency (TE picks
+        # FlashAttention-2 below Hopper; costmodel.compute), so that knob calibrates both
+        knobs.insert(3, Knob("fused_attention_efficiency", 0.05, 1.0, True,
+                             "fraction of peak for cuDNN / FlashAttention-3 class attention "
+                             "(attention=cudnn)"))
     if profile.fp8_gemm_efficiency is not None:
         top8 = max(y for _, y in profile.fp8_gemm_efficiency.points)
         knobs.insert(1, Knob("fp8_gemm_scale", 0.1, 1.0 / top8, True,
@@ -111,7 +115,6 @@ def apply_values(profile: GpuProfile, values: dict[str, float]) -> GpuProfile:
     update: dict[str, Any] = {
         "gemm_efficiency": _scaled(profile.gemm_efficiency, v["gemm_scale"], size, cap=1.0),
         "attention_efficiency": v["attention_efficiency"],
-        "fused_attention_efficiency": v["fused_attention_efficiency"],
         "hbm_efficiency": v["hbm_efficiency"],
         "dp_overlap": v["dp_overlap"],
         "step_overhead_s": v["step_overhead_s"],
@@ -128,6 +131,8 @@ def apply_values(profile: GpuProfile, values: dict[str, float]) -> GpuProfile:
             "latency_us": v["inter_latency_us"],
             "base_latency_us": v["inter_base_latency_us"]}),
     }
+    if profile.fused_attention_efficiency is not None or "fused_attention_efficiency" in values:
+        update["fused_attention_efficiency"] = v["fused_attention_efficiency"]
     if profile.fp8_gemm_efficiency is not None:
         update["fp8_gemm_efficiency"] = _scaled(profile.fp8_gemm_efficiency, v["fp8_gemm_scale"],
                                                 size, cap=1.0)

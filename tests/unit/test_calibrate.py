@@ -225,3 +225,20 @@ def test_source_weights_make_every_source_weigh_alike():
     middle = float(np.sqrt(0.7 * 0.9))
     assert 0.7 < plain.values["gemm_scale"] < even.values["gemm_scale"] < 0.9
     assert abs(even.values["gemm_scale"] - middle) < abs(plain.values["gemm_scale"] - middle)
+
+
+def test_a_profile_without_fused_attention_calibrates_one_attention_rate():
+    """Below Hopper TE runs attention=cudnn as FlashAttention-2 (the cost model falls back to
+    attention_efficiency): such a profile offers no fused knob, and a fit of attention_efficiency
+    moves cudnn and flash jobs alike (the old apply_values wrote a stale fused value into it, so
+    the default stack's jobs kept the unfitted rate)."""
+    a100 = a100_like()
+    assert a100.fused_attention_efficiency is None
+    assert "fused_attention_efficiency" not in {k.name for k in knobs_for(a100)}
+    fitted = apply_values(a100, {"attention_efficiency": 0.3})
+    assert fitted.attention_efficiency == 0.3 and fitted.fused_attention_efficiency is None
+    hopper = a100.model_copy(update={"fused_attention_efficiency": 0.7})
+    assert "fused_attention_efficiency" in {k.name for k in knobs_for(hopper)}
+    refit = apply_values(hopper, {"fused_attention_efficiency": 0.6})
+    assert refit.fused_attention_efficiency == 0.6
+    assert apply_values(hopper, {}).fused_attention_efficiency == 0.7

@@ -163,3 +163,34 @@ def test_offload_needs_a_host_link():
     from planner.costmodel.checks import layout_violations
     reasons = layout_violations(model, cluster(flat_gpu(), 8), job(model, global_batch=1), lo)
     assert any("host link" in r for r in reasons)
+
+
+def test_default_stack_attention_is_te_choice_per_gpu():
+    """The default stack (Megatron-Core with Transformer Engine) runs cuDNN fused attention where
+    the profile has that class (TE prefers FusedAttention on Hopper+) and FlashAttention-2's rate
+    where it has not (A100): on the stock A100 the default job costs what a flash job costs, on
+    the stock H100 the attention core runs at fused_attention_efficiency instead of the flash
+    rate (the difference computed by hand from the two efficiencies)."""
+    from planner import load_model, parse_cluster
+    from planner.stacks import DEFAULT_STACK, resolve_stack
+
+    model = load_model("llama2-7b")
+    preset = resolve_stack(DEFAULT_STACK)
+    lo = Layout(tp=1, pp=1, dp=8, mbs=1, zero=1, recompute="none")
+    base = job(model, global_batch=8)
+    for name in ("8xA100", "8xH100"):
+        cl = parse_cluster(name)
+        gpu = cl.gpu
+        default = estimate(model, cl, preset.job(base), lo)
+        flash = estimate(model, cl, base.model_copy(update={"attention": "flash"}), lo)
+        if gpu.fused_attention_efficiency is None:
+            assert name == "8xA100"
+            assert default.time_compute_s == pytest.approx(flash.time_compute_s, rel=1e-12)
+            continue
+        s, a, d, L = base.seq_len, model.num_attention_heads, model.head_size, 32
+        # one sequence per GPU (global batch 8 on dp 8): causal 2 s^2 a d FLOP per layer
+        # forward, 3.5x for forward + backward (as the test above)
+        core = L * 3.5 * 2 * s * s * a * d
+        peak = gpu.peak_flops("bf16")
+        expected = core / peak * (1 / gpu.attention_efficiency - 1 / gpu.fused_attention_efficiency)
+        assert flash.time_compute_s - default.time_compute_s == pytest.approx(expected, rel=1e-6)
