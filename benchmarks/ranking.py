@@ -9,6 +9,8 @@
     python benchmarks/ranking.py --closed-loop 3 --loop-knobs intra_bw_scale  # refit these only
     python benchmarks/ranking.py --markdown out.md     # also write the tables as markdown
     python benchmarks/ranking.py --healthy 0.333       # without runs logged on a degraded network
+    python benchmarks/ranking.py --healthy-intra 0.95  # without allocations whose logged
+                                                       # intra-node busbw is in the low mode
 
 What a user takes from `planner solve` is its first plan, so beyond step-time error
 (benchmarks/accuracy.py) this asks: among layouts that were all measured on the same job, does
@@ -404,33 +406,60 @@ def logged_allreduce_busbw(run: MeasuredRun) -> float | None:
     return float(found.group(1)) if found else None
 
 
+_INTRA_LOGGED = re.compile(r"intra-node AR=([0-9.]+)")
+
+
+def logged_intra_busbw(run: MeasuredRun) -> float | None:
+    """The intra-node all-reduce bus bandwidth (GB/s, the node's 8 GPUs) the run logged in its
+    notes (the nanotron sweep's '(intra-node AR=...)'), None when it logged none."""
+    found = _INTRA_LOGGED.search(run.notes or "")
+    return float(found.group(1)) if found else None
+
+
 def healthy_runs(runs: Sequence[MeasuredRun], frameworks: dict[str, str],
-                 frac: float) -> tuple[list[MeasuredRun], int]:
+                 frac: float, intra_frac: float = 0.0) -> tuple[list[MeasuredRun], int]:
     """(the runs, how many were dropped) without those whose logged all-reduce busbw is below
     `frac` x the highest any run of the same job logged: the same job on the same GPU count
     measured on a network that ran several times slower (docs/ranking.md, "Degraded
-    networks"). Runs that logged nothing are kept."""
+    networks"); with intra_frac > 0, also without those whose logged intra-node all-reduce is
+    below intra_frac x the highest of their source on their GPU (the same 8-GPU measurement
+    in every job: the allocations that add a fixed latency to every collective, docs/ranking.md
+    "A latency per collective"). Runs that logged nothing are kept."""
     best: dict[tuple, float] = {}
+    best_intra: dict[tuple, float] = {}
     for run in runs:
         bw = logged_allreduce_busbw(run)
         if bw is not None:
             key = _group_key(run, frameworks.get(run.run_id, ""))
             best[key] = max(best.get(key, 0.0), bw)
-    kept = [r for r in runs if (bw := logged_allreduce_busbw(r)) is None
-            or bw >= frac * best[_group_key(r, frameworks.get(r.run_id, ""))]]
+        intra = logged_intra_busbw(run)
+        if intra is not None:
+            node = (run.source_id, run.cluster.gpu.name)
+            best_intra[node] = max(best_intra.get(node, 0.0), intra)
+
+    def keep(r: MeasuredRun) -> bool:
+        bw, intra = logged_allreduce_busbw(r), logged_intra_busbw(r)
+        if bw is not None and bw < frac * best[_group_key(r, frameworks.get(r.run_id, ""))]:
+            return False
+        return intra is None or intra >= intra_frac * best_intra[(r.source_id,
+                                                                  r.cluster.gpu.name)]
+
+    kept = [r for r in runs if keep(r)]
     return kept, len(runs) - len(kept)
 
 
 def evaluate(tables: Sequence[Path], closed_loop: int | None = None, stack_fit: bool = False,
              loop_knobs: Sequence[str] | None = None, stack_knobs: Sequence[str] = STACK_KNOBS,
-             log: Any = print, healthy: float = 0.0) -> tuple[pd.DataFrame, list[Group]]:
+             log: Any = print, healthy: float = 0.0,
+             healthy_intra: float = 0.0) -> tuple[pd.DataFrame, list[Group]]:
     """One row per group: the stock ranking's metrics (and the loop's with closed_loop=K; with
-    stack_fit, prefixed "stack_", the ranking on stack_profile). healthy > 0: without the runs
-    healthy_runs drops."""
+    stack_fit, prefixed "stack_", the ranking on stack_profile). healthy or healthy_intra > 0:
+    without the runs healthy_runs drops."""
     runs, skipped = load_all(tables)
-    if healthy > 0:
-        runs, dropped = healthy_runs(runs, frameworks_of(tables), healthy)
-        log(f"{dropped} runs dropped: logged all-reduce busbw below {healthy:g} x their job's best")
+    if healthy > 0 or healthy_intra > 0:
+        runs, dropped = healthy_runs(runs, frameworks_of(tables), healthy, healthy_intra)
+        log(f"{dropped} runs dropped: logged all-reduce busbw below {healthy:g} x their job's "
+            f"best, or intra-node below {healthy_intra:g} x their source's best")
     predictor = Predictor()
     groups = build_groups(runs, frameworks_of(tables), predictor)
     log(f"{len(runs)} usable rows ({skipped} skipped), {len(groups)} groups of >= {MIN_LAYOUTS} "
@@ -506,6 +535,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--healthy", type=float, default=0.0, metavar="F",
                         help="leave out runs whose logged all-reduce busbw is below F x the best "
                         "of their job (degraded networks; docs/ranking.md)")
+    parser.add_argument("--healthy-intra", type=float, default=0.0, metavar="G",
+                        help="leave out runs whose logged intra-node all-reduce busbw is below G x "
+                        "the best of their source (allocations with a latency per collective; "
+                        "docs/ranking.md)")
     parser.add_argument("--order-by-time", action="store_true",
                         help="rank by predicted step time only (no robustness order inside the "
                         "tie with the fastest, as solve had before ties)")
@@ -528,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
                         + ", ".join(sorted(known)))
     ns.stack_fit = ns.stack_fit or stack_knobs != list(STACK_KNOBS)
     rows, _ = evaluate(tables, ns.closed_loop, ns.stack_fit, loop_knobs, stack_knobs,
-                       healthy=ns.healthy)
+                       healthy=ns.healthy, healthy_intra=ns.healthy_intra)
     summary = summarize(rows)
     md = ["### ranking (stock profiles)", "", _markdown(_fmt(summary)), ""]
     print("\n== ranking quality, stock profiles ==")
