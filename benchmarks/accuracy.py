@@ -108,6 +108,17 @@ class Predictor:
         return {**plan.row(), "layout": plan.layout}
 
 
+def tuning_knobs(profile: GpuProfile, knobs: Sequence[str], n_runs: int) -> list[str]:
+    """The knobs a GPU with n_runs tuning runs fits: the first n_runs // RUNS_PER_KNOB (at least
+    one) of `knobs` that the profile has (fp8_gemm_scale only where an fp8 curve is). The fused
+    attention rate takes its slot even where the profile has none (there attention=cudnn runs at
+    attention_efficiency, already in the list), as it did when every profile offered it: the
+    fits stay those the committed profiles were made with."""
+    own = {k.name for k in knobs_for(profile)}
+    slots = [k for k in knobs if k in own or k == "fused_attention_efficiency"]
+    return [k for k in slots[: max(1, n_runs // RUNS_PER_KNOB)] if k in own]
+
+
 def _timed_by_gpu(runs: Sequence[MeasuredRun]) -> dict[str, list[MeasuredRun]]:
     """The runs with a measured step time, grouped by GPU profile name."""
     by_gpu: dict[str, list[MeasuredRun]] = {}
@@ -141,8 +152,7 @@ def fitted_profiles(runs: Sequence[MeasuredRun], predictor: Predictor,
         stock = group[0].cluster.gpu
         layouts = _searched_layouts(group, stock, predictor)
         t0 = time.perf_counter()
-        own = {k.name for k in knobs_for(stock)}  # fp8_gemm_scale only where an fp8 curve is
-        names = [k for k in knobs if k in own][: max(1, len(group) // RUNS_PER_KNOB)]
+        names = tuning_knobs(stock, knobs, len(group))
         fit = calibrate(stock, group, layouts=layouts, names=names, cross_validate=False)
         log(f"fitted {name} on {len(fit.runs)} runs in {time.perf_counter() - t0:.1f}s: "
             + ", ".join(f"{k}={fit.values[k]:.4g}" for k in fit.fitted)
@@ -725,8 +735,7 @@ def leave_one_source_out(runs: Sequence[MeasuredRun], predictor: Predictor,
         for name, group in tuning.items():
             start = base.get(name, group[0].cluster.gpu)
             lays = _searched_layouts(group, group[0].cluster.gpu, predictor)
-            own = {k.name for k in knobs_for(start)}
-            names = [k for k in knobs if k in own][: max(1, len(group) // RUNS_PER_KNOB)]
+            names = tuning_knobs(start, knobs, len(group))
             fit = calibrate(start, [r.with_gpu(start) for r in group], layouts=lays,
                             names=names, cross_validate=False, per_source=stock_from == "all")
             profiles[name] = fit.profile

@@ -95,3 +95,19 @@ def test_recipe_groups_count_duplicates_once():
                 and r.cluster.gpu.name == run.cluster.gpu.name and r.job == run.job
                 and r.pins == run.pins and r.stack == run.stack]
         assert n == len(same) and measured == pytest.approx(float(np.median(same)))
+
+
+def test_tuning_knobs_budget_by_hand() -> None:
+    """n runs fit the first n // 20 knobs of (gemm_scale, attention_efficiency,
+    fused_attention_efficiency, layer_overhead_us); the fused slot is taken on a GPU without
+    that class too (it fits nothing there), so 60 A100 runs fit 2 knobs and 60 H100 runs 3."""
+    from planner.registry import load_gpu
+
+    a100, h100 = load_gpu("A100"), load_gpu("H100")
+    assert a100.fused_attention_efficiency is None and h100.fused_attention_efficiency
+    assert acc.tuning_knobs(a100, acc.TUNE_KNOBS, 60) == ["gemm_scale", "attention_efficiency"]
+    assert acc.tuning_knobs(h100, acc.TUNE_KNOBS, 60) == [
+        "gemm_scale", "attention_efficiency", "fused_attention_efficiency"]
+    assert acc.tuning_knobs(a100, acc.TUNE_KNOBS, 80) == [
+        "gemm_scale", "attention_efficiency", "layer_overhead_us"]
+    assert acc.tuning_knobs(a100, acc.TUNE_KNOBS, 5) == ["gemm_scale"]
