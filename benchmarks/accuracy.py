@@ -475,7 +475,7 @@ def transfer_table(runs: Sequence[MeasuredRun], predictor: Predictor) -> pd.Data
     another chip are marked: a factor fitted there is kept on that class (gpu_factors)."""
     from planner.calibrate.stackfit import fit_stack_factors, predict_with
     from planner.published import gpu_class
-    from planner.stacks import StackFactors, curve_is_borrowed, resolve_stack
+    from planner.stacks import StackFactors, resolve_stack
 
     out = []
     for name, pairs in _stack_pairs(runs, predictor).items():
@@ -499,7 +499,7 @@ def transfer_table(runs: Sequence[MeasuredRun], predictor: Predictor) -> pd.Data
                 box = predict_with(stock, rs, ls) / meas - 1
                 moved = predict_with(fit, rs, ls) / meas - 1
                 own = predict_with(fits[dst], rs, ls) / meas - 1
-                borrowed = any(curve_is_borrowed(r.cluster.gpu) for r, _ in by_class[src])
+                borrowed = any(r.cluster.gpu.curve_is_borrowed for r, _ in by_class[src])
                 out.append({
                     "stack": name, "fitted_on": src + (" (borrowed curve)" if borrowed else ""),
                     "runs_fit": len(by_class[src]), "predicted": dst, "runs": len(rs),

@@ -106,9 +106,7 @@ def _loop_stats(frame: pd.DataFrame) -> dict[str, Any]:
 def absolute_residuals(loso: pd.DataFrame) -> pd.DataFrame:
     """The leave-one-source-out table (accuracy.leave_one_source_out: errors predicted /
     measured - 1 in columns stock and named) as residuals per cell."""
-    from planner.stacks import curve_is_borrowed
-
-    borrowed = {g: curve_is_borrowed(load_gpu(g)) for g in loso["gpu"].unique()}
+    borrowed = {g: load_gpu(g).curve_is_borrowed for g in loso["gpu"].unique()}
     rows = []
     for r in loso.to_dict("records"):
         for col, named in (("stock", False), ("named", True)):

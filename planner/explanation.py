@@ -245,10 +245,10 @@ def one_knob_changes(model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
     planner.search.problem: a change the search never offers would not be a fair reason for
     the ranking), estimated by the cost model, fastest first."""
     from planner.costmodel import estimate_many, layout_violations
-    from planner.search.problem import MBS_CAP, VPP_CAP
+    from planner.search.problem import VPP_CAP
 
-    def searched(lo: Layout) -> bool:
-        return lo.vpp <= VPP_CAP and lo.mbs <= MBS_CAP and lo.tp & (lo.tp - 1) == 0
+    def searched(lo: Layout) -> bool:  # every micro-batch dividing batch / dp is searched
+        return lo.vpp <= VPP_CAP and lo.tp & (lo.tp - 1) == 0
 
     if len(_pools(cluster)) > 1:
         cands, ests = _placed_on_pools(model, cluster, job, plan, searched)

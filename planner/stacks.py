@@ -99,14 +99,6 @@ class StackFactors(BaseModel):
         description="Host time per layer and micro-batch pass, us (None: the profile's).")
 
 
-def curve_is_borrowed(profile: GpuProfile) -> bool:
-    """Whether the profile's GEMM curve was measured on another chip (GpuProfile.gemm_curve_from:
-    V100 takes the A100's, GB300 the GB200's, L40S the A100's). A stack factor fitted there
-    absorbs the curve's error as well as the software's, so it is kept for that GPU class only
-    (StackPreset.gpu_factors) and does not travel to other GPUs."""
-    return profile.gemm_curve_from is not None
-
-
 class ErrorStats(BaseModel):
     """Absolute relative step-time error (fractions) over `n` runs."""
 

@@ -280,10 +280,8 @@ def few_shot_fit(profile: GpuProfile, runs: Sequence[MeasuredRun], *, stack: Any
     from scipy.optimize import least_squares
 
     if prior is None:
-        from planner.stacks import curve_is_borrowed
-
-        own = bool((profile.sources or {}).get("gemm_efficiency")) and not curve_is_borrowed(
-            profile)
+        own = bool((profile.sources or {}).get("gemm_efficiency")) and not (
+            profile.curve_is_borrowed)
         prior = FewShotPrior.from_presets(own_curve=own)
     base = stack.profile_for(profile) if stack is not None else profile
     fit_runs, fit_layouts, measured, notes = timed_runs(base, runs, layouts)

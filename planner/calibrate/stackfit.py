@@ -73,24 +73,24 @@ def fit_stack_factors(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Lay
 def fit_stack_by_class(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
                        fit_overhead: bool = True):
     """The preset fitted so that its factors mean the same on every GPU. Runs on a GPU whose
-    GEMM curve is the chip's own (measured on it, planner.stacks.curve_is_borrowed false) fit
+    GEMM curve is the chip's own (measured on it, GpuProfile.curve_is_borrowed false) fit
     the transferable `factors`: relative to each GPU's own curve, they carry to any GPU. Runs on
     a GPU whose curve is borrowed from another chip fit `gpu_factors` of that GPU class only:
     there the factor also absorbs the borrowed curve's error (the Megatron-LM 2021 preset's 0.68
     on V100, which carried to A100 turned -15% into +32..+43% on held-out runs, issue 19). With
     no run on an own-curve GPU the transferable factors stay the stock ones."""
     from planner.published import gpu_class
-    from planner.stacks import StackFactors, curve_is_borrowed
+    from planner.stacks import StackFactors
 
     base = preset.model_copy(update={"factors": StackFactors(), "gpu_factors": {}})
-    own = [i for i, r in enumerate(runs) if not curve_is_borrowed(r.cluster.gpu)]
+    own = [i for i, r in enumerate(runs) if not r.cluster.gpu.curve_is_borrowed]
     factors = StackFactors()
     if own:
         factors = fit_stack_factors(base, [runs[i] for i in own], [layouts[i] for i in own],
                                     fit_overhead).factors
     by_class: dict[str, list[int]] = {}
     for i, run in enumerate(runs):
-        if curve_is_borrowed(run.cluster.gpu):
+        if run.cluster.gpu.curve_is_borrowed:
             by_class.setdefault(gpu_class(run.cluster.gpu.name) or run.cluster.gpu.name,
                                 []).append(i)
     gpu_factors = {cls: fit_stack_factors(base, [runs[i] for i in idx],

@@ -5,7 +5,7 @@
   sources left out of every fit (benchmarks/accuracy.py leave_one_source_out), per cell of what
   the data supports: the software stack named (`--stack`, a preset fitted on other sources) or
   not, and the GPU's GEMM curve measured on that chip or borrowed from another
-  (GpuProfile.gemm_curve_from, planner.stacks.curve_is_borrowed).
+  (GpuProfile.gemm_curve_from, GpuProfile.curve_is_borrowed).
 - the **ranking band** (`ranking_band`, GpuProfile.ranking_band): the error between layouts of
   one job, after the job's common offset (its software's efficiency, the same for every layout)
   is removed: each layout's log(measured / predicted) less its group's median, on the measured
@@ -109,10 +109,9 @@ def cell(stack_named: bool, borrowed_curve: bool) -> str:
 def profile_cell(profile: Any) -> str:
     """The cell of a GPU profile: a stack named when the profile carries a stack's factors
     (StackPreset.apply records them in sources['software_stack']), a borrowed curve when its GEMM
-    curve was measured on another chip (gemm_curve_from, as planner.stacks.curve_is_borrowed
-    reads it; read here without importing the layer above)."""
+    curve was measured on another chip (GpuProfile.curve_is_borrowed)."""
     named = "software_stack" in (profile.sources or {})
-    return cell(named, getattr(profile, "gemm_curve_from", None) is not None)
+    return cell(named, profile.curve_is_borrowed)
 
 
 def absolute_band(profile: Any) -> float:

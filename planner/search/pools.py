@@ -33,12 +33,12 @@ from planner.search.bands import order_ties
 from planner.search.problem import (
     CP_MIN_SEQ_LEN,
     KNOBS,
-    MBS_CAP,
     MEM_UNIT_GIB,
     TIME_UNIT_S,
     divisors,
     inner_knobs,
     knob_code,
+    micro_batch_sizes,
     normalize_pins,
 )
 from planner.search.stages import SplitProblem, split_width
@@ -75,9 +75,7 @@ def pooled_knobs(model: ModelSpec, pooled: PooledCluster, job: JobSpec,
         for ep in eps:
             if (dp * cp) % ep:
                 continue
-            for mbs in range(1, MBS_CAP + 1):
-                if batch % (mbs * dp):
-                    continue
+            for mbs in micro_batch_sizes(batch, dp):
                 for z, r, s in inner_knobs(tp, dp, cp, pins, offload, model.is_moe):
                     rows.append((tp, pp, dp, cp, ep, tp, 1, mbs, z, r, s))  # etp = tp
     table = np.array(rows, dtype=np.int64).reshape(-1, len(KNOBS))

@@ -18,7 +18,9 @@ The space (rules shared by the CP-SAT search and the exhaustive oracle; see docs
   layers + 2: Megatron's account_for_embedding/loss_in_pipeline_split, how Llama 3 405B put 126
   layers on 16 x 8 chunks), and the micro-batches per step (grad_accum) divide by pp (Megatron's
   interleaved 1F1B requires it).
-- mbs: 1..MBS_CAP with mbs * grad_accum * dp = global batch.
+- mbs: every divisor of the sequences a DP rank holds per step, global batch / dp, so that
+  mbs * grad_accum * dp = global batch (micro_batch_sizes; no cap: the memory model refuses
+  the micro-batches that do not fit).
 - zero: 0..3 (1..3 only with dp * cp > 1: nothing to shard over otherwise).
 - recompute: none, selective, full, and offload where the GPU profile has a host link
   (checks.offload_allowed).  sp: only with tp > 1 (off and on; on only for MoE, which
@@ -48,7 +50,6 @@ from planner.specs import ClusterSpec, JobSpec, ModelSpec
 STRUCTURE_KNOBS: tuple[str, ...] = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs")
 # the space's columns and the pins: planner.layout.KNOBS with expert-TP after ep
 KNOBS: tuple[str, ...] = (*STRUCTURE_KNOBS, "zero", "recompute", "sp")
-MBS_CAP = 16  # largest micro-batch searched, sequences (Megatron/NeMo recipes use 1..8)
 CP_MIN_SEQ_LEN = 16384  # cp > 1 searched from this sequence length on (or when pinned)
 # cp searched while each rank keeps at least this many tokens of a sequence (or when pinned):
 # two chunks of 512 under the causal load balancing, already below where the profiles' GEMM
@@ -119,6 +120,21 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
+def micro_batch_sizes(global_batch: int, dp: int = 1) -> list[int]:
+    """Micro-batch sizes searched for a DP degree, sequences: every divisor of the sequences a
+    DP rank holds per step (global_batch / dp), powers of two or not. The frameworks' rule:
+    Megatron-Core asserts global_batch % (micro_batch * dp) == 0
+    (NVIDIA/Megatron-LM megatron/core/num_microbatches_calculator.py@00caa53,
+    ConstantNumMicroBatchesCalculator), torchtitan the same of local_batch_size
+    (pytorch/torchtitan torchtitan/train.py@000204a); llm-foundry takes any
+    device_train_microbatch_size up to the per-rank batch, the last micro-batch uneven if it does
+    not divide (mosaicml/llm-foundry llmfoundry/utils/config_utils.py@0081bd2,
+    calculate_batch_size_info), and its published MPT recipes run 1..128, non-powers such as
+    56 and 104 among them, every one dividing its per-rank batch (planner/data/published_runs.csv,
+    llmfoundry_mpt_bench). No upper cap: the largest that fits is the memory model's call."""
+    return divisors(global_batch // dp) if global_batch % dp == 0 else []
+
+
 def _powers_of_two(limit: int) -> list[int]:
     return [2**i for i in range(limit.bit_length()) if 2**i <= limit]
 
@@ -163,7 +179,7 @@ def knob_domains(
         "dp": [d for d in divisors(job.global_batch) if d <= n],
         "ep": ep,
         "vpp": list(range(1, VPP_CAP + 1)),
-        "mbs": list(range(1, MBS_CAP + 1)),
+        "mbs": micro_batch_sizes(job.global_batch),  # per dp: expand_held_knobs
     }
     widen = {"tp": tp_ok, "cp": cp_ok, "mbs": lambda m: True, "vpp": lambda v: True}
     for knob, ok in widen.items():

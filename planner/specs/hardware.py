@@ -188,7 +188,7 @@ class GpuProfile(BaseModel):
         "(V100 and L40S: A100; GB300: GB200); None when the curve is the chip's own (measured "
         "on it, or scaled from its own die's, as the H100 PCIe/NVL, H800 and H20 from the H100 "
         "SXM). A stack factor fitted on a borrowed curve stays on that GPU class "
-        "(planner.stacks.curve_is_borrowed).")
+        "(curve_is_borrowed).")
 
     # Fitted by calibration (stock values stated with their source in `sources`).
     dp_overlap: UnitInterval = Field(
@@ -255,6 +255,15 @@ class GpuProfile(BaseModel):
     @property
     def memory_bytes(self) -> float:
         return self.memory_gib * GIB
+
+    @property
+    def curve_is_borrowed(self) -> bool:
+        """Whether the GEMM curve was measured on another chip (gemm_curve_from: V100 and L40S
+        take the A100's, GB300 the GB200's). A stack factor fitted there absorbs the curve's
+        error as well as the software's, so it is kept for that GPU class only
+        (planner.stacks StackPreset.gpu_factors) and does not travel to other GPUs; the
+        absolute band has a cell of its own for it (planner.data.bands.profile_cell)."""
+        return self.gemm_curve_from is not None
 
     @property
     def usable_memory_gib(self) -> float:

@@ -328,3 +328,52 @@ def test_a_large_top_k_is_solved_exactly_within_the_time_limit() -> None:
     oracle = exhaustive_top_k(space, {}, 3000)
     assert selection.status == "OPTIMAL"
     assert selection.objectives == [int(space.keys[i]) for i in oracle]
+
+
+def test_micro_batches_reach_the_per_rank_batch() -> None:
+    """No cap on the micro-batch: every divisor of the sequences a DP rank holds. llm-foundry's
+    MPT-1b recipe on 8 H100 (published_runs.csv llmfoundry_mpt_bench, global batch 1792, mbs 56):
+    1792 / dp 8 = 224 = 2^5 * 7 per rank, whose 12 divisors are 1, 2, 4, 7, 8, 14, 16, 28, 32,
+    56, 112, 224 (by hand). CP-SAT's structures and top-K equal the oracle's on that space."""
+    model = make_model(layers=4, heads=8, kv=8)
+    cluster, job = make_cluster(8, make_gpu(memory_gib=8.0)), make_job(512, 1792)
+    space = build_space(model, cluster, job, {}, batch_cost=standin_batch)
+    k = space.knobs
+    flat = (k["tp"] == 1) & (k["pp"] == 1) & (k["dp"] == 8)
+    assert sorted(set(k["mbs"][flat].tolist())) == [1, 2, 4, 7, 8, 14, 16, 28, 32, 56, 112, 224]
+    assert (1792 % (k["mbs"] * k["dp"]) == 0).all()
+    assert space.fits.any()
+    domains = knob_domains(model, cluster, job, {})
+    assert StructureModel(model, cluster, job, domains).enumerate() == (
+        enumerate_structures(model, cluster, job, {}))
+    oracle_space = exhaustive_space(model, cluster, job, {}, batch_cost=standin_batch)
+    assert len(space) == len(oracle_space)
+    oracle = exhaustive_top_k(oracle_space, {}, 10)
+    assert SelectionModel(space, {}, 10).solve().objectives == [
+        int(oracle_space.keys[i]) for i in oracle]
+
+
+def test_space_holds_the_mpt_recipes_above_16() -> None:
+    """llm-foundry's tuned MPT recipes with micro-batches 56-128 ran on their GPUs
+    (published_runs.csv llmfoundry_mpt_bench rows 291, 298, 350, 359, 437): the search's space
+    holds each recipe's layout, and the memory model does not refuse it."""
+    from planner.measured.runs import load_table
+    from planner.search import enumerate_layouts
+    from planner.stacks import resolve_stack
+
+    runs, _ = load_table()
+    wanted = {f"llmfoundry_mpt_bench:{r}" for r in (291, 298, 350, 359, 437)}
+    mine = [r for r in runs if r.run_id in wanted]
+    assert len(mine) == 5
+    for run in mine:
+        preset = resolve_stack(run.stack)
+        cluster = run.cluster.model_copy(update={"gpu": preset.profile_for(run.cluster.gpu)})
+        pins = {**preset.layout_defaults, **run.pins}
+        assert pins["mbs"] > 16
+        k = enumerate_layouts(run.model, cluster, run.job, dict(preset.layout_defaults))
+        row = np.ones(len(k["tp"]), dtype=bool)
+        for knob in ("tp", "pp", "dp", "mbs", "zero"):
+            row &= k[knob] == pins[knob]
+        assert row.any(), run.run_id
+        plans = search(run.model, cluster, run.job, pins, top_k=1, even_stages=True).plans()
+        assert plans and plans[0].layout.mbs == pins["mbs"], run.run_id

@@ -12,7 +12,7 @@ import pytest
 
 from planner.calibrate.stackfit import fit_stack_by_class, fit_stack_factors, predict_with
 from planner.registry import load_gpu
-from planner.stacks import StackFactors, curve_is_borrowed, resolve_stack
+from planner.stacks import StackFactors, resolve_stack
 
 
 @cache
@@ -37,7 +37,7 @@ def _median_err(preset, runs) -> tuple[float, float]:
                                           ("A100-SXM4-80GB", False), ("H100-SXM", False),
                                           ("GB200-NVL72", False)])
 def test_borrowed_curves_are_the_ones_their_sources_say(gpu, borrowed):
-    assert curve_is_borrowed(load_gpu(gpu)) is borrowed
+    assert load_gpu(gpu).curve_is_borrowed is borrowed
 
 
 def test_a_factor_fitted_on_a_borrowed_curve_stays_on_its_gpu_class():
