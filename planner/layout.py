@@ -215,9 +215,15 @@ def chunks_of_stages(totals: list[int] | tuple[int, ...], vpp: int) -> list[int]
     a stage's layers (costmodel.pipeline) any spread costs the same; this is the one the
     split search writes."""
     pp = len(totals)
-    per = [stage_layer_counts(n, vpp) for n in totals]
-    per[0] = per[0][::-1]
+    per = [stage_chunks(n, vpp, i == 0) for i, n in enumerate(totals)]
     return [per[c % pp][c // pp] for c in range(pp * vpp)]
+
+
+def stage_chunks(total: int, vpp: int, first_stage: bool) -> list[int]:
+    """One stage's layers over its vpp chunks as chunks_of_stages spreads them: the extras to
+    its inner chunks first (stage_layer_counts), the first stage's reversed."""
+    counts = stage_layer_counts(total, vpp)
+    return counts[::-1] if first_stage else counts
 
 
 def parse_pipeline_layout(text: str) -> list[tuple[int, int, int, int]]:
