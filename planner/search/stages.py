@@ -903,6 +903,12 @@ def _solve_kind_rows(space: Space, rows: np.ndarray, solved: dict[bytes, Split]
     return out
 
 
+def _feature_rows(feats: pipeline.StageFeatures, at: list[int]) -> pipeline.StageFeatures:
+    """The given rows of stage features."""
+    return pipeline.StageFeatures(*(getattr(feats, f)[at]
+                                    for f in pipeline.StageFeatures.__dataclass_fields__))
+
+
 def _balanced_bound_kinds(space: Space, rows: np.ndarray
                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """_balanced_bound for a model with dense first layers: the same closed form, T* the
@@ -933,12 +939,9 @@ def _balanced_bound_kinds(space: Space, rows: np.ndarray
         pick = [(i * 2 + n) * (k + 1) + d for i in ends for n, d in ((0, 0), (0, 1), (1, 0))]
         moe_rows = [(i * 2 + n) * (k + 1) for i in range(pp) for n in (0, 1)]
 
-        def subset(at: list[int]) -> pipeline.StageFeatures:
-            return pipeline.StageFeatures(*(getattr(feats, f)[at]
-                                            for f in pipeline.StageFeatures.__dataclass_fields__))
 
         knobs = {key: v[rows[mine]] for key, v in space.knobs.items() if key != "stage_layers"}
-        t, _ = stage_costs(model, cluster, job, knobs, subset(pick))
+        t, _ = stage_costs(model, cluster, job, knobs, _feature_rows(feats, pick))
         t = t.reshape(len(mine), len(ends), 3)
         stage_of = [0] + [1] * (pp - 2) + [len(ends) - 1]  # each stage's representative
         t = t[:, stage_of]
@@ -981,7 +984,7 @@ def _balanced_bound_kinds(space: Space, rows: np.ndarray
         can_fit[mine] = True
         if len(short):
             _, mem = stage_costs(model, cluster, job, {key: v[short] for key, v in knobs.items()},
-                                 subset(moe_rows))
+                                 _feature_rows(feats, moe_rows))
             cap = cluster.gpu.usable_memory_gib * GIB
             m1, m2 = mem[:, 0::2], mem[:, 1::2]
             slope = np.maximum(m2 - m1, 1e-30)
