@@ -508,14 +508,18 @@ def stage_costs(
     job: JobSpec,
     layouts: Sequence[Layout] | Mapping[str, Any],
     stages: pipeline.StageFeatures,
-) -> tuple[np.ndarray, np.ndarray]:
+    memory: bool = True,
+) -> tuple[np.ndarray, np.ndarray | None]:
     """(seconds per micro-batch, peak bytes on one GPU) of every given stage (rows of `stages`,
     the same for every layout) under each layout, as (layouts, stages) arrays: the terms the
-    assembly takes the slowest and the most loaded of. The split search reads its tables here."""
+    assembly takes the slowest and the most loaded of. The split search reads its tables here.
+    memory False: the times only (None for the bytes)."""
     lo = layout_arrays(layouts)
     n = len(lo["tp"])
     st = {name: np.broadcast_to(getattr(stages, name), (n, len(stages.index)))
           for name in pipeline.StageFeatures.__dataclass_fields__}
     x = _Knobs.of(lo, job, model)
     t = _stage_times(model, cluster, job, x, st)
+    if not memory:
+        return t.total, None
     return t.total, _stage_memory(model, cluster, job, x, st, t).total

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -405,7 +405,7 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
     if eligible.sum() >= top_k:
         kth = float(np.partition(step[eligible], top_k - 1)[top_k - 1])
     bound, gains, can_fit = (_balanced_bound(space, rows) if uniform
-                             else _balanced_bound_kinds(space, rows))
+                             else _balanced_bound_kinds(space, rows, kth))
     # a row can gain only if its best whole-layer split beats the K-th best plan, and lowers
     # the slowest stage below its even split's (or the even split does not fit)
     slack = 1e-9 * np.maximum(step[rows], 1.0)
@@ -794,15 +794,20 @@ def _kinds_dp(layers: int, k: int, cost: np.ndarray, allowed: np.ndarray, first:
         new = np.full_like(best, BIG)
         r = first[i]
         for p in range(k + 1):
+            if (best[:, :, p] >= BIG).all():
+                continue  # no split reaches this many first-round layers here
             d = np.minimum(k - p, r)
             p2 = np.minimum(k, p + r)
             prev = np.where(valid[None], best[:, idx, p], BIG)  # (P, width, layers + 1)
             c = cost[:, i, cols, d][:, :, None]
             ok = allowed[:, i, cols, d][:, :, None] & (prev < BIG)
             cand = np.where(ok, np.maximum(prev, c), BIG)
-            for target in np.unique(p2).tolist():
-                sel = np.flatnonzero(p2 == target)
-                sub = cand[:, sel]
+            groups: dict[int, list[int]] = {}
+            for j, target in enumerate(p2.tolist()):
+                groups.setdefault(target, []).append(j)
+            for target, members in groups.items():
+                sel = np.asarray(members)
+                sub = cand[:, sel] if len(members) < width else cand
                 if not track:
                     new[:, :, target] = np.minimum(new[:, :, target], sub.min(axis=1))
                     continue
@@ -834,10 +839,13 @@ def solve_kind_splits(problems: Sequence[KindSplitProblem]) -> list[Split]:
         return []
     p0 = problems[0]
     layers, k = p0.layers, p0.k
-    time = np.stack([p.time for p in problems])
-    memory = np.stack([p.memory for p in problems])
     fits = np.stack([p.fits for p in problems])
-    first = p0.first
+    # the counts no problem allows are left out of the tables (the optimum is unchanged)
+    width = int(np.flatnonzero(fits.any(axis=(0, 1, 3)))[-1]) + 1 if fits.any() else 1
+    fits = fits[:, :, :width]
+    time = np.stack([p.time[:, :width] for p in problems])
+    memory = np.stack([p.memory[:, :width] for p in problems])
+    first = p0.first[:, :width]
     slowest, _ = _kinds_dp(layers, k, time, fits, first, track=False)
     within = fits & (time <= slowest[:, None, None, None])
     peak, choice = _kinds_dp(layers, k, memory, within, first)
@@ -879,6 +887,13 @@ def _solve_kind_rows(space: Space, rows: np.ndarray, solved: dict[bytes, Split]
     assert k is not None
     out: dict[int, tuple[int, ...]] = {}
     problems = kind_split_problems(space, rows, k)
+    # a count whose stage is slower than the even split's slowest stage is in no split that
+    # beats it (where the even split fits; SplitProblem.pruned's first rule)
+    even_slowest = np.rint(np.asarray(space.columns["stage_mb_s"])[rows]
+                           / space.time_unit_s).astype(np.int64)
+    problems = [replace(pr, fits=pr.fits & (pr.time <= bound)) if fit else pr
+                for pr, bound, fit in zip(problems, even_slowest.tolist(),
+                                          space.fits[rows].tolist(), strict=True)]
     pps, vpps = space.knobs["pp"][rows], space.knobs["vpp"][rows]
     for pp, vpp in sorted(set(zip(pps.tolist(), vpps.tolist(), strict=True))):
         sel = np.flatnonzero((pps == pp) & (vpps == vpp)).tolist()
@@ -909,7 +924,7 @@ def _feature_rows(feats: pipeline.StageFeatures, at: list[int]) -> pipeline.Stag
                                     for f in pipeline.StageFeatures.__dataclass_fields__))
 
 
-def _balanced_bound_kinds(space: Space, rows: np.ndarray
+def _balanced_bound_kinds(space: Space, rows: np.ndarray, kth: float = np.inf
                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """_balanced_bound for a model with dense first layers: the same closed form, T* the
     smallest T at which the stages can hold the dearer kind's layers (each stage within T
@@ -917,7 +932,10 @@ def _balanced_bound_kinds(space: Space, rows: np.ndarray
     stage's count) and at least the stages' average (their sum is the same for every split:
     a_dense k + a_moe (L - k) + sum b_i) and each stage's least layers at the cheaper kind's
     time; gains against the even split's own slowest stage (the column stage_mb_s); may fit
-    where the stages can hold the layers by the MoE-only memory line (below)."""
+    where the stages can hold the layers by the MoE-only memory line (below), read only for
+    the rows whose bound reaches `kth` (the others are left whatever their memory). A stage's
+    time per micro-batch does not read zero or dp (costmodel.batch._stage_times), so the
+    stage terms are costed once per distinct row of the other knobs."""
     from planner.costmodel.batch import stage_costs
 
     model, cluster, job = space.model, space.cluster, space.job
@@ -941,8 +959,20 @@ def _balanced_bound_kinds(space: Space, rows: np.ndarray
 
 
         knobs = {key: v[rows[mine]] for key, v in space.knobs.items() if key != "stage_layers"}
-        t, _ = stage_costs(model, cluster, job, knobs, _feature_rows(feats, pick))
-        t = t.reshape(len(mine), len(ends), 3)
+        cols = [np.asarray(v, dtype=np.int64) for name, v in knobs.items()
+                if name not in ("zero", "dp")]
+        radix = [int(c.max()) + 1 for c in cols]
+        if float(np.prod(radix, dtype=float)) < 2.0**62:  # packed into one key (mixed radix)
+            key = np.zeros(len(mine), dtype=np.int64)
+            for col, base in zip(cols, radix, strict=True):
+                key = key * base + col
+            _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        else:
+            _, first, inverse = np.unique(np.stack(cols, axis=1), axis=0, return_index=True,
+                                          return_inverse=True)
+        t, _ = stage_costs(model, cluster, job, {key: v[first] for key, v in knobs.items()},
+                           _feature_rows(feats, pick), memory=False)
+        t = t[inverse.reshape(-1)].reshape(len(mine), len(ends), 3)
         stage_of = [0] + [1] * (pp - 2) + [len(ends) - 1]  # each stage's representative
         t = t[:, stage_of]
         one_moe, one_dense, two_moe = t[:, :, 0], t[:, :, 1], t[:, :, 2]
@@ -980,7 +1010,8 @@ def _balanced_bound_kinds(space: Space, rows: np.ndarray
         # MoE-only line through 1 and 2 layers bounds those from above (convex in the layers,
         # as _balanced_bound), so the stages hold at most sum_i most_i + k layers
         # (only the rows whose even split does not fit read it)
-        short = np.flatnonzero(~space.fits[rows[mine]])
+        short = np.flatnonzero(~space.fits[rows[mine]]
+                               & (out[mine] <= kth + 1e-9 * max(kth, 1.0)))
         can_fit[mine] = True
         if len(short):
             _, mem = stage_costs(model, cluster, job, {key: v[short] for key, v in knobs.items()},
