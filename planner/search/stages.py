@@ -540,10 +540,8 @@ def _solve_rows(space: Space, rows: np.ndarray, solved: dict[bytes, Split],
         for p, key in zip(sel.tolist(), keys, strict=True):
             split = solved[key]
             if split.counts and split.counts != even:
-                # interleaved: the stage's layers over its chunks (layout.chunks_of_stages)
-                out[int(rows[p])] = (split.counts if vpp == 1
-                                     else tuple(chunks_of_stages(split.counts, vpp)))
-    return out
+                out[int(rows[p])] = split.counts
+    return _spread(space, out)
 
 
 def _trial(space: Space, rows: np.ndarray, found: Mapping[int, tuple[int, ...]]
@@ -875,12 +873,47 @@ def kind_split_brute(problem: KindSplitProblem) -> tuple[tuple[int, int] | None,
     return best, where
 
 
+@lru_cache(maxsize=4096)
+def _even_chunks(layers: int, pp: int, vpp: int) -> tuple[int, ...]:
+    """The even rule's layers per stage (vpp 1) or per virtual stage."""
+    from planner.layout import stage_layer_counts
+
+    return (even_totals(layers, pp, 1) if vpp == 1
+            else tuple(stage_layer_counts(layers, pp * vpp)))
+
+
+def _spread(space: Space, found: Mapping[int, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
+    """Each row's split as the layers it states: per stage with vpp 1; interleaved, per virtual
+    stage, spread by layout.chunks_of_stages with or without the last chunk emptied, whichever
+    has the shorter steady-state round (costmodel.batch.round_period; the default on a tie)."""
+    from planner.costmodel.batch import _Knobs, layout_arrays, round_period
+
+    out = {r: c for r, c in found.items() if int(space.knobs["vpp"][r]) == 1}
+    inter = np.array([r for r in found if int(space.knobs["vpp"][r]) > 1], dtype=np.int64)
+    if not len(inter):
+        return out
+    model, cluster, job = space.model, space.cluster, space.job
+    knobs = {k: v[inter] for k, v in space.knobs.items() if k != "stage_layers"}
+    options = []
+    for empty in (False, True):
+        chunks = [tuple(chunks_of_stages(found[int(r)], int(space.knobs["vpp"][r]), empty))
+                  for r in inter]
+        col = np.empty(len(inter), dtype=object)
+        col[:] = chunks
+        lo = layout_arrays({**knobs, "stage_layers": col})
+        options.append((chunks, round_period(model, cluster, job, _Knobs.of(lo, job, model),
+                                             lo)))
+    (plain, p_plain), (emptied, p_empty) = options
+    for j, r in enumerate(inter.tolist()):
+        out[r] = emptied[j] if p_empty[j] < p_plain[j] else plain[j]
+    return out
+
+
 def _solve_kind_rows(space: Space, rows: np.ndarray, solved: dict[bytes, Split]
                      ) -> dict[int, tuple[int, ...]]:
     """_solve_rows for a model with dense first layers: each row's mixed-kind split problem
     solved once per distinct table; the split where one fits and its chunks differ from the
     even rule's (layers per stage with vpp 1, per virtual stage otherwise)."""
-    from planner.layout import stage_layer_counts
 
     model = space.model
     layers, k = model.num_hidden_layers, pipeline.dense_prefix(model)
@@ -906,16 +939,14 @@ def _solve_kind_rows(space: Space, rows: np.ndarray, solved: dict[bytes, Split]
         if fresh:
             answers = solve_kind_splits([problems[j] for j in fresh.values()])
             solved.update(zip(fresh, answers, strict=True))
-        even = tuple(stage_layer_counts(layers, pp * vpp))
         for j, key in zip(sel, keys, strict=True):
             split = solved[key]
-            if not split.counts:
-                continue
-            chunks = (split.counts if vpp == 1
-                      else tuple(chunks_of_stages(split.counts, vpp)))
-            if chunks != (even if vpp > 1 else even_totals(layers, pp, 1)):
-                out[int(rows[j])] = chunks
-    return out
+            if split.counts:
+                out[int(rows[j])] = split.counts
+    spread = _spread(space, out)
+    knobs = space.knobs
+    return {r: c for r, c in spread.items()
+            if c != _even_chunks(layers, int(knobs["pp"][r]), int(knobs["vpp"][r]))}
 
 
 def _feature_rows(feats: pipeline.StageFeatures, at: list[int]) -> pipeline.StageFeatures:

@@ -87,7 +87,9 @@ def test_deepseek_v3_published_pp8_vpp4_is_searched() -> None:
     layers in its first chunk and stage 1 the rest of the first three). The last stage with 5
     layers is slower than an inner stage with 8 MoE layers. With 4 on the last, 57 layers on
     7 stages put 9 on one of them, and each 9-layer stage is slower still; so the last holds 5
-    and, every other stage at most 8, the others hold exactly 8: (8, 8, 8, 8, 8, 8, 8, 5)."""
+    and, every other stage at most 8, the others hold exactly 8: (8, 8, 8, 8, 8, 8, 8, 5). The
+    program minimizes the slowest stage; interleaved rounds then run at the head's chunk, as
+    NVIDIA's 'Et|(tt|)*30mL' does (below)."""
     model, cluster = load_model("deepseek-v3"), parse_cluster("256xGB200")
     job = JobSpec(seq_len=4096, global_batch=4096)
     degrees = {"tp": 1, "pp": 8, "dp": 32, "ep": 32, "vpp": 4, "mbs": 1}
@@ -114,7 +116,21 @@ def test_deepseek_v3_published_pp8_vpp4_is_searched() -> None:
     assert lo.layers_per_stage == (8, 8, 8, 8, 8, 8, 8, 5)
     slowest = result.space.columns["stage_mb_s"][result.indices[0]]
     assert slowest == pytest.approx(last5, rel=1e-9)
-    # NVIDIA's own layout is costed no faster than the search's
-    nvidia = tuple(c for _, c, _, _ in parse_pipeline_layout("Et|(tt|)*30mL"))
-    theirs = estimate(model, cluster, job, Layout(**{**lo.as_dict(), "stage_layers": nvidia}))
-    assert plan.estimate.step_time_s <= theirs.step_time_s * (1 + 1e-12)
+    # interleaved rounds move at their slowest chunk (costmodel.batch.round_period): the
+    # search writes the last chunk empty, as NVIDIA's layout does, so the last round runs at the
+    # LM head + MTP chunk alone; every round before it at two MoE layers: 3 x 2 a_m + (t[7, 0, 0]
+    # - a_m), one MoE layer less than the last stage with one layer
+    assert lo.stage_layers[-1] == 0
+    a_m = t[3, 1, 0] - t[3, 0, 0]
+    by_hand = 6 * a_m + (t[7, 0, 0] - a_m)
+    nvidia = Layout(**{**lo.as_dict(), "stage_layers": tuple(
+        c for _, c, _, _ in parse_pipeline_layout("Et|(tt|)*30mL"))})
+    from planner.costmodel.batch import _Knobs, layout_arrays, round_period
+
+    cols = layout_arrays([lo, nvidia])
+    period = round_period(model, cluster, job, _Knobs.of(cols, job, model), cols)
+    assert period == pytest.approx([by_hand, by_hand], rel=1e-9)
+    # both run at that round, so their steps differ only in the fill and drain the stage totals
+    # give (pipeline.bubble_time): under 0.1% here
+    theirs = estimate(model, cluster, job, nvidia)
+    assert plan.estimate.step_time_s == pytest.approx(theirs.step_time_s, rel=1e-3)
