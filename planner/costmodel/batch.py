@@ -163,8 +163,8 @@ def estimate_batch(
 
 def _chunk_counts(model: ModelSpec, pp: int, vpp: int, split: tuple[int, ...]) -> np.ndarray:
     """(pp * vpp, 5) counts of each model chunk in layer order: dense layers, MoE layers, the
-    embedding (chunk 0), the LM head and MTP head passes (the last chunk, its MTP modules one
-    more layer like the last: pipeline._stage_row's rule)."""
+    embedding (none: below), the LM head and MTP head passes (the last chunk, its MTP modules
+    one more layer like the last: pipeline._stage_row's rule)."""
     chunks = (list(split) if len(split) == pp * vpp
               else pipeline.stage_layer_counts(model.num_hidden_layers, pp * vpp))
     mtp = model.num_nextn_predict_layers
@@ -175,7 +175,10 @@ def _chunk_counts(model: ModelSpec, pp: int, vpp: int, split: tuple[int, ...]) -
         moe = sum(model.is_moe_layer(i) for i in range(start, start + n))
         out[c, :2] = n - moe, moe
         start += n
-    out[0, 2] = 1
+    # the embedding's excess on the first round is left out: the first virtual stage waits on
+    # nothing, and its excess only shifts the fill (simulate(): chunks of 4.01, 4, 4, 4 | 4, 4,
+    # 4, 4 + h layers' time run at the slowest stage's 8 + h, not 8.01 + h)
+    out[0, 2] = 0
     out[-1, 3], out[-1, 4] = 1, mtp
     out[-1, 1 if last_moe else 0] += mtp
     return out
