@@ -101,7 +101,10 @@ def test_deepseek_v3_layouts_are_expressible(text, pp, vpp, per_stage, tmp_path)
                                            "recompute", "sp", "etp")}, stage_layers=chunks)
     assert layout.layers_per_stage == per_stage
     model, cluster = load_model("deepseek-v3"), parse_cluster("1024xH100")
-    job = JobSpec(seq_len=4096, global_batch=8192)
+    from planner.stacks import DEFAULT_STACK, resolve_stack
+
+    # the job the CLI builds: the default stack's (Megatron-Core: cuDNN attention on Hopper)
+    job = resolve_stack(DEFAULT_STACK).job(JobSpec(seq_len=4096, global_batch=8192))
     assert estimate(model, cluster, job, layout).step_time_s == pytest.approx(
         got["step_time_s"], rel=1e-9)
     # the even rule cannot split 61 layers into 32 chunks by Megatron's flags: refused without
