@@ -207,10 +207,16 @@ def round_period(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs
     sub = _Knobs(**{f: getattr(x, f)[inter] for f in _Knobs.__dataclass_fields__})
     unit_t = _stage_times(model, cluster, job, sub, unit).total  # (rows, 5)
     splits = lo.get("stage_layers")
-    groups: dict[tuple, list[int]] = {}
-    for j, r in enumerate(inter.tolist()):
-        split = tuple(splits[r]) if splits is not None else ()
-        groups.setdefault((int(lo["pp"][r]), int(lo["vpp"][r]), split), []).append(j)
+    groups: dict[tuple, list[int] | np.ndarray] = {}
+    given = (np.array([len(splits[r]) > 0 for r in inter.tolist()], dtype=bool)
+             if splits is not None else np.zeros(len(inter), dtype=bool))
+    for j in np.flatnonzero(given).tolist():  # explicit splits, row by row
+        r = int(inter[j])
+        groups.setdefault((int(lo["pp"][r]), int(lo["vpp"][r]), tuple(splits[r])), []).append(j)
+    plain = np.flatnonzero(~given)  # the even rule: by (pp, vpp) at once
+    code = lo["pp"][inter[plain]].astype(np.int64) * 1024 + lo["vpp"][inter[plain]]
+    for c in np.unique(code).tolist():
+        groups[(c // 1024, c % 1024, ())] = plain[code == c]
     for (pp, vpp, split), members in groups.items():
         counts = _chunk_counts(model, pp, vpp, split)
         # (rows, pp * vpp) in layer order, the terms added in a fixed order (a matrix product
