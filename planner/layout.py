@@ -206,18 +206,31 @@ def chunk_layers(chunks: tuple[int, ...] | list[int], pp: int) -> list[list[int]
     return stages
 
 
-def chunks_of_stages(totals: list[int] | tuple[int, ...], vpp: int) -> list[int]:
+def chunks_of_stages(totals: list[int] | tuple[int, ...], vpp: int,
+                     empty_last: bool = False) -> list[int]:
     """Layers per virtual stage (pp * vpp, layer order) for given layers per stage: each
     stage's layers spread over its vpp chunks by stage_layer_counts (the extras to its inner
     chunks first), the first stage's reversed so its first chunk, beside the embedding, holds
     the fewest, as the last stage's last chunk does beside the loss (NVIDIA's DeepSeek-V3
     recipe 'Et|(tt|)*30mL' lightens both end chunks the same way). With stage times linear in
-    a stage's layers (costmodel.pipeline) any spread costs the same; this is the one the
-    split search writes."""
+    a stage's layers (costmodel.pipeline) the stages cost the same under any spread, but
+    interleaved rounds move at their slowest chunk (costmodel.batch.round_period): the split
+    search writes this spread or, with empty_last, the one whose last chunk holds no layer,
+    whichever rounds run faster."""
     pp = len(totals)
-    per = [stage_layer_counts(n, vpp) for n in totals]
-    per[0] = per[0][::-1]
+    per = [stage_chunks(n, vpp, i == 0) for i, n in enumerate(totals)]
+    if empty_last and vpp > 1 and totals[-1] >= vpp - 1:
+        # the last chunk beside the loss holds no layer, NVIDIA's 'Et|(tt|)*30mL': with a
+        # heavy LM head (and MTP) it would otherwise slow the last round (batch.round_period)
+        per[-1] = stage_layer_counts(totals[-1], vpp - 1) + [0]
     return [per[c % pp][c // pp] for c in range(pp * vpp)]
+
+
+def stage_chunks(total: int, vpp: int, first_stage: bool) -> list[int]:
+    """One stage's layers over its vpp chunks as chunks_of_stages spreads them: the extras to
+    its inner chunks first (stage_layer_counts), the first stage's reversed."""
+    counts = stage_layer_counts(total, vpp)
+    return counts[::-1] if first_stage else counts
 
 
 def parse_pipeline_layout(text: str) -> list[tuple[int, int, int, int]]:

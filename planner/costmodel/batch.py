@@ -156,7 +156,75 @@ def estimate_batch(
     x = _Knobs.of(lo, job, model)
     t = _stage_times(model, cluster, job, x, st)
     mem = _stage_memory(model, cluster, job, x, st, t)
-    return _assemble(model, [cluster], job, x, st, [(t, mem)], all_stages=all_stages)
+    period = round_period(model, cluster, job, x, lo)
+    return _assemble(model, [cluster], job, x, st, [(t, mem)], all_stages=all_stages,
+                     period=period)
+
+
+def _chunk_counts(model: ModelSpec, pp: int, vpp: int, split: tuple[int, ...]) -> np.ndarray:
+    """(pp * vpp, 5) counts of each model chunk in layer order: dense layers, MoE layers, the
+    embedding (none: below), the LM head and MTP head passes (the last chunk, its MTP modules
+    one more layer like the last: pipeline._stage_row's rule)."""
+    chunks = (list(split) if len(split) == pp * vpp
+              else pipeline.stage_layer_counts(model.num_hidden_layers, pp * vpp))
+    mtp = model.num_nextn_predict_layers
+    last_moe = model.is_moe_layer(model.num_hidden_layers - 1)
+    out = np.zeros((len(chunks), 5))
+    start = 0
+    for c, n in enumerate(chunks):
+        moe = sum(model.is_moe_layer(i) for i in range(start, start + n))
+        out[c, :2] = n - moe, moe
+        start += n
+    # the embedding's excess on the first round is left out: the first virtual stage waits on
+    # nothing, and its excess only shifts the fill (simulate(): chunks of 4.01, 4, 4, 4 | 4, 4,
+    # 4, 4 + h layers' time run at the slowest stage's 8 + h, not 8.01 + h)
+    out[0, 2] = 0
+    out[-1, 3], out[-1, 4] = 1, mtp
+    out[-1, 1 if last_moe else 0] += mtp
+    return out
+
+
+def round_period(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs,
+                 lo: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Seconds per micro-batch of interleaved 1F1B's steady state (0 where vpp is 1): the sum
+    over the vpp rounds of the round's slowest chunk (chunk c * pp + s on stage s). Megatron's
+    schedule runs a round's chunk on every stage for pp micro-batches before the next round's
+    (pipeline.schedule_order), so a round moves at its slowest chunk: with equal chunks that is
+    the stage's time, with uneven ones it can exceed every stage's total (DeepSeek-V3 pp 8 x
+    vpp 4 with one layer beside the LM head and MTP in the last chunk: 0.257 s against a
+    slowest stage of 0.206 s; pipeline.simulate() runs at 0.254). Chunk times are the stage
+    terms of one layer of each kind, the embedding and the head (linear in the counts:
+    _stage_times) times each chunk's counts."""
+    n = len(x.tp)
+    out = np.zeros(n)
+    inter = np.flatnonzero(lo["vpp"] > 1)
+    if not len(inter):
+        return out
+    names = list(pipeline.StageFeatures.__dataclass_fields__)
+    unit = {name: np.zeros((len(inter), 5)) for name in names}
+    for j, name in enumerate(("n_dense", "n_moe", "emb", "head", "mtp")):
+        unit[name][:, j] = 1.0
+    sub = _Knobs(**{f: getattr(x, f)[inter] for f in _Knobs.__dataclass_fields__})
+    unit_t = _stage_times(model, cluster, job, sub, unit).total  # (rows, 5)
+    splits = lo.get("stage_layers")
+    groups: dict[tuple, list[int] | np.ndarray] = {}
+    given = (np.array([len(splits[r]) > 0 for r in inter.tolist()], dtype=bool)
+             if splits is not None else np.zeros(len(inter), dtype=bool))
+    for j in np.flatnonzero(given).tolist():  # explicit splits, row by row
+        r = int(inter[j])
+        groups.setdefault((int(lo["pp"][r]), int(lo["vpp"][r]), tuple(splits[r])), []).append(j)
+    plain = np.flatnonzero(~given)  # the even rule: by (pp, vpp) at once
+    code = lo["pp"][inter[plain]].astype(np.int64) * 1024 + lo["vpp"][inter[plain]]
+    for c in np.unique(code).tolist():
+        groups[(c // 1024, c % 1024, ())] = plain[code == c]
+    for (pp, vpp, split), members in groups.items():
+        counts = _chunk_counts(model, pp, vpp, split)
+        # (rows, pp * vpp) in layer order, the terms added in a fixed order (a matrix product
+        # could round differently with the batch's size; the search's chunks must not)
+        unit_m = unit_t[members]
+        chunk_t = sum(unit_m[:, j, None] * counts[None, :, j] for j in range(counts.shape[1]))
+        out[inter[members]] = chunk_t.reshape(len(members), vpp, pp).max(axis=2).sum(axis=1)
+    return out
 
 
 @dataclass(frozen=True)
@@ -333,9 +401,12 @@ def _mean_peak(pools: Sequence[ClusterSpec], precision: str) -> float:
 def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _Knobs,
               st: dict[str, np.ndarray], parts: Sequence[tuple[_StageTimes, _StageMemory]],
               pool: np.ndarray | None = None, real: np.ndarray | None = None,
-              same_gpu: bool = True, all_stages: bool = False) -> dict[str, np.ndarray]:
+              same_gpu: bool = True, all_stages: bool = False,
+              period: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The plan columns: the slowest stage sets the per-micro-batch time, the stage holding the
     most parameters the DP traffic and the optimizer step, the most loaded GPU the memory.
+    Interleaved, a steady-state round period above the slowest stage (round_period) adds its
+    excess per micro-batch to the bubble (the stage idles for it).
 
     One assembly for every cluster: a homogeneous cluster is one pool (pools = [cluster], parts =
     its stage times and memory). On several pools (costmodel.pools) `pool` is each candidate
@@ -371,6 +442,8 @@ def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _
     else:  # the split's sum is not fixed across pools: the equal-stage bound (an upper bound)
         whole = slow_mb * x.pp
     bubble = pipeline.bubble_time(x.pp, x.vpp, m, slow_mb, whole)
+    if period is not None:  # interleaved: rounds slower than the slowest stage idle it
+        bubble = bubble + m * np.maximum(period - slow_mb, 0.0)
     crosses = None if one else np.ones(n_layouts, dtype=bool)  # a pool boundary: the network
     time_pp_comm = np.max([comm.pp_p2p_time(cl, model, x.tokens, x.tp, x.pp, x.dp, x.cp, x.vpp,
                                             x.sp, m, slow_mb, job.p2p_overlap, crosses)
@@ -508,14 +581,18 @@ def stage_costs(
     job: JobSpec,
     layouts: Sequence[Layout] | Mapping[str, Any],
     stages: pipeline.StageFeatures,
-) -> tuple[np.ndarray, np.ndarray]:
+    memory: bool = True,
+) -> tuple[np.ndarray, np.ndarray | None]:
     """(seconds per micro-batch, peak bytes on one GPU) of every given stage (rows of `stages`,
     the same for every layout) under each layout, as (layouts, stages) arrays: the terms the
-    assembly takes the slowest and the most loaded of. The split search reads its tables here."""
+    assembly takes the slowest and the most loaded of. The split search reads its tables here.
+    memory False: the times only (None for the bytes)."""
     lo = layout_arrays(layouts)
     n = len(lo["tp"])
     st = {name: np.broadcast_to(getattr(stages, name), (n, len(stages.index)))
           for name in pipeline.StageFeatures.__dataclass_fields__}
     x = _Knobs.of(lo, job, model)
     t = _stage_times(model, cluster, job, x, st)
+    if not memory:
+        return t.total, None
     return t.total, _stage_memory(model, cluster, job, x, st, t).total

@@ -123,6 +123,49 @@ def vpp_allowed(num_layers: int, pp: int, vpp: int) -> bool:
     return pp > 1 and (num_layers % chunks == 0 or (num_layers + 2) % chunks == 0)
 
 
+# most virtual stages per GPU searched where only a layout string states the chunks (unless
+# pinned): NVIDIA's published layout-string runs use 2..4 (DeepSeek-V3 vpp 4 on pp 8, 2 on pp
+# 16: Megatron-Bridge scripts/performance deepseek_v3 configs @ 067f987df); every value adds a
+# copy of the pipelined space: DeepSeek-V3 on 65536 H100 at seq 32768 and 2**20 sequences has
+# 385k layouts with 4 (1.6 s CPU for solve), 635k with 8 (2.4 s), 0.95 s before any
+VPP_LAYOUT_CAP = 4
+
+
+def vpp_searchable(num_layers: int, pp: int, vpp: int, pinned: bool = False) -> bool:
+    """The interleaving the search enumerates: vpp 1; the chunks Megatron's flags split evenly
+    (vpp_allowed); and, for a pp the flags cannot interleave at all (no pp*v divides the layers
+    or the layers + 2), or a pinned vpp, any pp*vpp up to the layers + 2. Megatron-Core builds
+    any chunking a --pipeline-model-parallel-layout string states: validate_layer_layout checks
+    only that the embedding opens and the loss closes the layout, once each, and the decoder /
+    MTP layer counts (a chunk may hold no layer; megatron/core/transformer/
+    pipeline_parallel_layer_layout.py @ d98e8a6), the string's length / pp being the vpp
+    (transformer_config.py @ d98e8a6). So DeepSeek-V3's 61 layers interleave on pp 8 x vpp 4
+    (NVIDIA's 'Et|(tt|)*30mL'); more chunks than layers + 2 (every chunk a layer but the
+    embedding's and the loss's) would only add empty ones; vpp is capped at VPP_LAYOUT_CAP
+    there. Where the flags already interleave
+    the pp (Llama 3 405B: 126 + 2 on 16 x 8) the layout-string values are not added: each adds
+    a copy of the pipelined space (solve speed), and a pin opens them. Such a layout carries its
+    layers per virtual stage (Space.layout) and exports as a layout string
+    (launchers.megatron.split_args)."""
+    if vpp == 1 or vpp_allowed(num_layers, pp, vpp):
+        return True
+    if pp < 2 or pp * vpp > num_layers + 2 or (vpp > VPP_LAYOUT_CAP and not pinned):
+        return False
+    return pinned or not any(vpp_allowed(num_layers, pp, v)
+                             for v in range(2, (num_layers + 2) // pp + 1))
+
+
+def layout_string_chunks(num_layers: int, pp: int, vpp: int) -> tuple[int, ...]:
+    """The layers per virtual stage a searched layout carries: () where Megatron's flags state
+    its chunks (vpp 1, or vpp_allowed), else the even chunk rule's counts (stage_layer_counts
+    over pp*vpp: what the cost model costs), which only a layout string states."""
+    if vpp == 1 or vpp_allowed(num_layers, pp, vpp):
+        return ()
+    from planner.layout import stage_layer_counts
+
+    return tuple(stage_layer_counts(num_layers, pp * vpp))
+
+
 def interleave_batch_allowed(pp: int, vpp: int, grad_accum: int) -> bool:
     """Megatron's interleaved schedule needs the micro-batches per step divisible by pp."""
     return vpp == 1 or grad_accum % pp == 0

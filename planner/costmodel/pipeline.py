@@ -163,6 +163,40 @@ def uniform_layers(model: ModelSpec) -> bool:
     return len(kinds) == 1
 
 
+def dense_prefix(model: ModelSpec) -> int | None:
+    """k where the first k transformer layers are dense and the rest MoE (DeepSeek-V3's
+    first_k_dense_replace 3, Kimi K2's 1; 0 for an all-MoE model, the layers for a dense one);
+    None for any other pattern (Llama 4's alternating layers)."""
+    kinds = [model.is_moe_layer(i) for i in range(model.num_hidden_layers)]
+    k = kinds.index(True) if True in kinds else len(kinds)
+    return k if all(kinds[k:]) else None
+
+
+def kind_features(model: ModelSpec, pp: int, max_layers: int, k: int) -> StageFeatures:
+    """Every (stage, layer count, dense count) of a model whose first k layers are dense and
+    the rest MoE (dense_prefix): stage i of pp holding n = 1..max_layers layers of which
+    d = 0..k dense, row (i * max_layers + n - 1) * (k + 1) + d; rows with d > n repeat d = n
+    (the split search never allows them). Counts and parameters grow by one dense or one MoE
+    layer's (_stage_row of layer 0 and of layer k); the largest-layer fields are those of the
+    kinds present. What the split search over mixed kinds reads each stage's cost off."""
+    rows = []
+    for i in range(pp):
+        base = np.array(_stage_row(model, i, pp, []), dtype=float)
+        dense = np.array(_stage_row(model, i, pp, [0]), dtype=float)
+        moe = np.array(_stage_row(model, i, pp, [k]), dtype=float)
+        d_step, m_step = dense - base, moe - base
+        for step in (d_step, m_step):
+            step[[0, 3, 4, 7, 8, 9]] = 0.0  # index, emb, head, largest layer / experts, MTP
+        for n in range(1, max_layers + 1):
+            for d in range(k + 1):
+                d = min(d, n)
+                row = base + d * d_step + (n - d) * m_step
+                row[7] = max(dense[7] if d else 0.0, moe[7] if n > d else 0.0)
+                row[8] = moe[8] if n > d else 0.0
+                rows.append(row)
+    return StageFeatures(*np.array(rows).T)
+
+
 def count_features(model: ModelSpec, pp: int, max_layers: int) -> StageFeatures:
     """Every (stage, layer count) pair of a model with uniform layers: stage i of pp holding
     n = 1..max_layers layers, i-major (row i * max_layers + n - 1); not pruned. The split

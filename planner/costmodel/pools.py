@@ -38,6 +38,7 @@ from planner.costmodel.batch import (
     _stage_memory,
     _stage_times,
     layout_arrays,
+    round_period,
 )
 from planner.layout import Layout
 from planner.specs import JobSpec, ModelSpec, PooledCluster
@@ -101,8 +102,11 @@ def estimate_pooled_batch(
     for cl in pooled.pools:
         t = _stage_times(model, cl, job, x, st)
         parts.append((t, _stage_memory(model, cl, job, x, st, t)))
+    # interleaved rounds (batch.round_period) on pools of one GPU profile; pools of several
+    # keep the stage form (their chunks' times differ by pool)
+    period = round_period(model, pooled.pools[0], job, x, lo) if one_gpu(pooled) else None
     return _assemble(model, pooled.pools, job, x, st, parts, pool, real, one_gpu(pooled),
-                     all_stages)
+                     all_stages, period=period)
 
 
 def estimate_pooled(model: ModelSpec, pooled: PooledCluster, job: JobSpec, layout: Layout,

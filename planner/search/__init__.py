@@ -130,7 +130,8 @@ class SearchResult:
 
 def with_stage_layers(layout: Layout, num_layers: int) -> Layout:
     """The layout with its layers per stage written out (the even rule's where it has none;
-    layers per virtual stage stay as they are)."""
+    layers per virtual stage stay as they are: Space.layout writes them where only a layout
+    string states the chunks)."""
     from dataclasses import replace
 
     from planner.costmodel.pipeline import stage_counts

@@ -7,7 +7,7 @@ passed through):
 1. StructureModel: the parallel degrees and the batch split as integer variables with their
    domains (problem.knob_domains) and the structural constraints: tp*pp*dp*cp = GPUs
    (int_prod, CP-SAT's AddMultiplicationEquality), mbs*grad_accum*dp = global batch,
-   interleaving only with pp > 1, pp*vpp dividing the layers (or the layers + 2)
+   interleaving only with pp > 1, pp*vpp at most the layers + 2 (checks.vpp_searchable)
    and pp dividing grad_accum (Megatron's interleaved schedule). All its
    solutions are enumerated with ep, etp and mbs held at 1, then each is expanded into its valid
    (ep, etp, mbs) by problem.expand_held_knobs (the expert folding etp*ep | tp*cp*dp with etp 1,
@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model_helper as cmh
 
+from planner.costmodel.checks import vpp_searchable
 from planner.search import problem
 from planner.search.problem import (
     KNOBS,
@@ -119,6 +120,13 @@ class Proto:
         _expr(prod.target, target, constant)
         for var in factors:
             _expr(prod.exprs.add(), var)
+
+    def table(self, variables: Sequence[int], rows: Sequence[Sequence[int]]) -> None:
+        """The variables take one of the given rows of values (CP-SAT's table constraint)."""
+        con = self.proto.constraints.add().table
+        for var in variables:
+            _expr(con.exprs.add(), var)
+        con.values.extend(x for row in rows for x in row)
 
     def modulo(
         self, target: int, numerator: int | None, modulus: int, constant_numerator: int = 0
@@ -234,36 +242,18 @@ class StructureModel:
         self.model.product(None, [self.var["mbs"], self.grad_accum, self.var["dp"]], batch)
 
     def _add_interleaving(self) -> None:
-        # vpp > 1 only with pp > 1, pp*vpp dividing layers (or layers + 2), pp dividing grad_accum
+        # vpp > 1 only with the (pp, vpp) pairs checks.vpp_searchable allows (one rule with the
+        # exhaustive oracle: the flags' even chunks, or a layout string's), pp dividing grad_accum
         if max(self.domains.vpp) <= 1:
             return
-        layers, top = (
-            self.spec.num_hidden_layers,
-            self.spec.num_hidden_layers * max(self.domains.vpp),
-        )
+        layers, v = self.spec.num_hidden_layers, self.var
+        pinned = self.pins.get("vpp")
+        pairs = [(pp, vpp) for pp in self.domains.pp for vpp in self.domains.vpp
+                 if vpp_searchable(layers, pp, vpp, vpp == pinned)]
+        self.model.table([v["pp"], v["vpp"]], pairs)
         on = self.model.new_var([0, 1], "interleaved")
-        off = -on - 1
-        v = self.var
         self.model.linear([(v["vpp"], 1)], 2, max(self.domains.vpp), enforce=[on])
-        self.model.linear([(v["vpp"], 1)], 1, 1, enforce=[off])
-        self.model.linear([(v["pp"], 1)], 2, layers, enforce=[on])
-        chunks = self.model.new_var(range(1, top + 1), "pp_vpp")
-        self.model.product(chunks, [v["pp"], v["vpp"]])
-        divisor = self.model.new_var(range(1, top + 1), "chunks_if_interleaved")
-        self.model.linear([(divisor, 1), (chunks, -1)], 0, 0, enforce=[on])
-        self.model.linear([(divisor, 1)], 1, 1, enforce=[off])
-        # the chunks split the layers evenly, or the layers + 2 when the embedding and the loss
-        # each take a chunk's slot (Megatron's account_for_embedding/loss_in_pipeline_split)
-        slots_ok = []
-        for extra in (0, 2):
-            remainder = self.model.new_var(range(0, top), f"layers_plus_{extra}_mod_chunks")
-            self.model.modulo(remainder, None, divisor, constant_numerator=layers + extra)
-            ok = self.model.new_var([0, 1], f"chunks_divide_layers_plus_{extra}")
-            # ok <=> remainder == 0 (both ways, so each structure is enumerated once)
-            self.model.linear([(remainder, 1)], 0, 0, enforce=[ok])
-            self.model.linear([(remainder, 1)], 1, top, enforce=[-ok - 1])
-            slots_ok.append(ok)
-        self.model.linear([(ok, 1) for ok in slots_ok], 1, 2)
+        self.model.linear([(v["vpp"], 1)], 1, 1, enforce=[-on - 1])
         # Megatron's interleaved schedule needs the micro-batches to divide into pp groups
         # (schedules.py: "number of microbatches is not divisible by pipeline-parallel size")
         remainder = self.model.new_var(range(0, layers), "grad_accum_mod_pp")

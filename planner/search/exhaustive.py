@@ -47,7 +47,7 @@ def enumerate_structures(
                     if not checks.expert_fold_allowed(tp, cp, dp, ep, etp):
                         continue
                     for vpp in d.vpp:
-                        if not checks.vpp_allowed(layers, pp, vpp):
+                        if not checks.vpp_searchable(layers, pp, vpp, vpp == pins.get("vpp")):
                             continue
                         for mbs in d.mbs:
                             if batch % (mbs * dp):

@@ -14,9 +14,11 @@ The space (rules shared by the CP-SAT search and the exhaustive oracle; see docs
   or the TP size (Megatron-Core's default; torchtitan's FSDP2 + EP runs etp 1), and etp * ep
   divides tp * cp * dp, the ranks of one pipeline stage (Megatron-Core's MoE parallel folding,
   planner.layout): ep may exceed dp * cp by borrowing TP ranks.
-- vpp: 1, or 2..VPP_CAP when pp > 1, the layers split evenly into pp * vpp chunks (or the
-  layers + 2: Megatron's account_for_embedding/loss_in_pipeline_split, how Llama 3 405B put 126
-  layers on 16 x 8 chunks), and the micro-batches per step (grad_accum) divide by pp (Megatron's
+- vpp: 1, or 2..VPP_CAP when pp > 1 and the (pp, vpp) pair passes checks.vpp_searchable: the
+  chunks divide the layers or the layers + 2 (Megatron's flags: how Llama 3 405B put 126
+  layers on 16 x 8 chunks), or a layout string states them (a pp the flags cannot interleave:
+  DeepSeek-V3's 61 layers on pp 8 x vpp 4; such rows carry their layers per virtual stage,
+  Space.layout), and the micro-batches per step (grad_accum) divide by pp (Megatron's
   interleaved 1F1B requires it).
 - mbs: every divisor of the sequences a DP rank holds per step, global batch / dp, so that
   mbs * grad_accum * dp = global batch (micro_batch_sizes; no cap: the memory model refuses
@@ -361,8 +363,13 @@ class Space:
         return len(self.knobs["tp"])
 
     def layout(self, i: int) -> Layout:
-        """Layout of row i."""
+        """Layout of row i. Interleaved chunks that Megatron's flags cannot split evenly
+        (checks.vpp_allowed false) carry their layers per virtual stage, the even chunk rule's
+        (the counts the cost model costs), which a pipeline layout string states."""
         k = self.knobs
+        split = tuple(k["stage_layers"][i]) if "stage_layers" in k else ()
+        pp, vpp, layers = int(k["pp"][i]), int(k["vpp"][i]), self.model.num_hidden_layers
+        split = split or checks.layout_string_chunks(layers, pp, vpp)
         return Layout(
             tp=int(k["tp"][i]),
             pp=int(k["pp"][i]),
@@ -375,7 +382,7 @@ class Space:
             zero=int(k["zero"][i]),
             recompute=RECOMPUTE_LEVELS[int(k["recompute"][i])],  # type: ignore[arg-type]
             sp=bool(k["sp"][i]),
-            stage_layers=tuple(k["stage_layers"][i]) if "stage_layers" in k else (),
+            stage_layers=split,
         )
 
     @cached_property

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -389,7 +389,8 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
     """The space with each eligible layout's best split where it beats the even rule (module
     docstring); returns the new space and how many layouts the split search solved."""
     model = space.model
-    if not len(space) or not pipeline.uniform_layers(model):
+    uniform = pipeline.uniform_layers(model)
+    if not len(space) or (not uniform and pipeline.dense_prefix(model) is None):
         return space, 0
     k = space.knobs
     mask = space.pin_mask(pins) & (k["pp"] > 1)
@@ -403,7 +404,8 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
     kth = np.inf
     if eligible.sum() >= top_k:
         kth = float(np.partition(step[eligible], top_k - 1)[top_k - 1])
-    bound, gains, can_fit = _balanced_bound(space, rows)
+    bound, gains, can_fit = (_balanced_bound(space, rows) if uniform
+                             else _balanced_bound_kinds(space, rows, kth))
     # a row can gain only if its best whole-layer split beats the K-th best plan, and lowers
     # the slowest stage below its even split's (or the even split does not fit)
     slack = 1e-9 * np.maximum(step[rows], 1.0)
@@ -513,6 +515,8 @@ def _solve_rows(space: Space, rows: np.ndarray, solved: dict[bytes, Split],
     out: dict[int, tuple[int, ...]] = {}
     if not len(rows):
         return out
+    if not pipeline.uniform_layers(space.model):
+        return _solve_kind_rows(space, rows, solved)
     problems = split_problems(space, rows)
     pps, vpps = space.knobs["pp"][rows], space.knobs["vpp"][rows]
     for pp, vpp in sorted(set(zip(pps.tolist(), vpps.tolist(), strict=True))):
@@ -536,10 +540,8 @@ def _solve_rows(space: Space, rows: np.ndarray, solved: dict[bytes, Split],
         for p, key in zip(sel.tolist(), keys, strict=True):
             split = solved[key]
             if split.counts and split.counts != even:
-                # interleaved: the stage's layers over its chunks (layout.chunks_of_stages)
-                out[int(rows[p])] = (split.counts if vpp == 1
-                                     else tuple(chunks_of_stages(split.counts, vpp)))
-    return out
+                out[int(rows[p])] = split.counts
+    return _spread(space, out)
 
 
 def _trial(space: Space, rows: np.ndarray, found: Mapping[int, tuple[int, ...]]
@@ -677,3 +679,378 @@ def split_dp_pools(layers: int, pool_tables: Sequence[SplitProblem],
                            pool_stages)
     assert second is not None  # the first phase's split is one
     return Split(tuple(second[1]), slowest, second[0]), second[2]
+
+
+# ---- mixed layer kinds: the first k layers dense, the rest MoE (pipeline.dense_prefix) -------
+# A stage's cost then depends on how many of the dense layers it holds, which its position
+# decides: with plain 1F1B the stages before it hold l layers, so it holds clamp(k - l, 0, n)
+# dense ones; interleaved, the dense layers sit in the first round of chunks (chunk c on stage
+# c mod pp; each stage's layers spread over its chunks by layout.stage_chunks, the spread the
+# split search writes), stage i's first chunk after the first chunks of stages 0..i-1. The
+# dynamic program below carries (layers placed, dense-round layers placed, capped at k) as its
+# state, so it is exact for that problem: stage totals, the chunks spread by stage_chunks, and
+# (vpp > 1) every dense layer in the first round of chunks (a split that leaves dense layers to
+# the second round is not searched). It picks the smallest count first among equal values
+# (stages in order); CP-SAT's split model reads one table per stage and is not run here.
+
+
+@dataclass(frozen=True)
+class KindSplitProblem:
+    """Layers on stages when the first k layers are dense: stage i holding n layers (1..width)
+    of which d dense (0..k) takes time[i, n-1, d] and memory[i, n-1, d], allowed where fits;
+    first[i, n-1] is the layers of its first chunk (n with vpp 1)."""
+
+    layers: int
+    k: int
+    time: np.ndarray  # (stages, width, k + 1) int64
+    memory: np.ndarray
+    fits: np.ndarray  # bool
+    first: np.ndarray  # (stages, width) int64
+
+    @property
+    def stages(self) -> int:
+        return self.time.shape[0]
+
+    def objective(self, counts: Sequence[int]) -> tuple[int, int] | None:
+        """(slowest stage time, highest stage memory) of a split, None where it is not allowed
+        (a count that does not fit, or dense layers left beyond the first round)."""
+        placed, t, m = 0, 0, 0
+        for i, n in enumerate(counts):
+            if not 1 <= n <= self.time.shape[1]:
+                return None
+            r = int(self.first[i, n - 1])
+            d = min(max(self.k - placed, 0), r)
+            placed += r
+            if not self.fits[i, n - 1, d]:
+                return None
+            t, m = max(t, int(self.time[i, n - 1, d])), max(m, int(self.memory[i, n - 1, d]))
+        return (t, m) if placed >= self.k and sum(counts) == self.layers else None
+
+
+@lru_cache(maxsize=1024)
+def first_chunks(pp: int, vpp: int, width: int) -> np.ndarray:
+    """(pp, width): the layers of stage i's first chunk when it holds n = 1..width layers."""
+    from planner.layout import stage_chunks
+
+    n = np.arange(1, width + 1)
+    if vpp == 1:
+        out = np.broadcast_to(n, (pp, width)).copy()
+    else:
+        out = np.array([[stage_chunks(int(c), vpp, i == 0)[0] for c in n] for i in range(pp)],
+                       dtype=np.int64)
+    out.flags.writeable = False  # shared by every problem of the shape (lru_cache)
+    return out
+
+
+def kind_split_problems(space: Space, rows: Sequence[int], k: int) -> list[KindSplitProblem]:
+    """The mixed-kind split problem of each given row (pp > 1): its tables from the cost
+    model's own stage terms (costmodel.batch.stage_costs on pipeline.kind_features)."""
+    from planner.costmodel.batch import stage_costs
+
+    model, cluster, job = space.model, space.cluster, space.job
+    layers, unit, cap = model.num_hidden_layers, space.time_unit_s, space.cap_units
+    rows = np.asarray(rows, dtype=np.int64)
+    out: dict[int, KindSplitProblem] = {}
+    pps = space.knobs["pp"][rows]
+    for pp in np.unique(pps).tolist():
+        mine = rows[pps == pp]
+        width = split_width(layers, pp)
+        feats = pipeline.kind_features(model, pp, width, k)
+        knobs = {key: v[mine] for key, v in space.knobs.items() if key != "stage_layers"}
+        t, mem = stage_costs(model, cluster, job, knobs, feats)
+        shape = (len(mine), pp, width, k + 1)
+        t_units = np.rint(t / unit).astype(np.int64).reshape(shape)
+        m_units = np.rint(mem / GIB / MEM_UNIT_GIB).astype(np.int64).reshape(shape)
+        fits = (mem / GIB <= cluster.gpu.usable_memory_gib).reshape(shape)
+        m_units = np.where(fits, np.minimum(m_units, cap), np.maximum(m_units, cap + 1))
+        n = np.arange(1, width + 1)[:, None]
+        d = np.arange(k + 1)[None, :]
+        for j, r in enumerate(mine.tolist()):
+            vpp = int(space.knobs["vpp"][r])
+            least = np.asarray(least_layers(pp, vpp))[:, None, None]
+            ok = fits[j] & (d <= n)[None] & (n[None] >= least)
+            out[r] = KindSplitProblem(layers, k, t_units[j], m_units[j], ok,
+                                      first_chunks(pp, vpp, width))
+    return [out[int(r)] for r in rows]
+
+
+def _kinds_dp(layers: int, k: int, cost: np.ndarray, allowed: np.ndarray, first: np.ndarray,
+              track: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """min over splits of the highest cost[i, n_i - 1, d_i] over a batch of problems of one
+    shape ((P, stages, width, k + 1) tables, first (stages, width)): dynamic programming over
+    (layers placed, first-round layers placed capped at k), each stage's counts at once per
+    previous state (_shifts). Returns (optimum per problem, BIG where none; the choices
+    (P, stages, layers + 1, k + 1, 2): count and previous state, in a fixed tie order)."""
+    batch, stages, width, _ = cost.shape
+    idx, valid = _shifts(layers, width)
+    best = np.full((batch, layers + 1, k + 1), BIG, dtype=np.int64)
+    best[:, 0, 0] = 0
+    choice = np.zeros((batch, stages, layers + 1, k + 1, 2) if track else (0,), dtype=np.int64)
+    cols = np.arange(width)
+    counts = cols + 1
+    for i in range(stages):
+        new = np.full_like(best, BIG)
+        r = first[i]
+        for p in range(k + 1):
+            if (best[:, :, p] >= BIG).all():
+                continue  # no split reaches this many first-round layers here
+            d = np.minimum(k - p, r)
+            p2 = np.minimum(k, p + r)
+            prev = np.where(valid[None], best[:, idx, p], BIG)  # (P, width, layers + 1)
+            c = cost[:, i, cols, d][:, :, None]
+            ok = allowed[:, i, cols, d][:, :, None] & (prev < BIG)
+            cand = np.where(ok, np.maximum(prev, c), BIG)
+            groups: dict[int, list[int]] = {}
+            for j, target in enumerate(p2.tolist()):
+                groups.setdefault(target, []).append(j)
+            for target, members in groups.items():
+                sel = np.asarray(members)
+                sub = cand[:, sel] if len(members) < width else cand
+                if not track:
+                    new[:, :, target] = np.minimum(new[:, :, target], sub.min(axis=1))
+                    continue
+                pick = np.argmin(sub, axis=1)
+                val = np.take_along_axis(sub, pick[:, None, :], axis=1)[:, 0, :]
+                better = val < new[:, :, target]
+                new[:, :, target] = np.where(better, val, new[:, :, target])
+                choice[:, i, :, target, 0] = np.where(better, counts[sel][pick],
+                                                      choice[:, i, :, target, 0])
+                choice[:, i, :, target, 1] = np.where(better, p, choice[:, i, :, target, 1])
+        best = new
+    return best[:, layers, k], choice
+
+
+def _kinds_counts(choice: np.ndarray, layers: int, k: int) -> tuple[int, ...]:
+    """The split a (stages, layers + 1, k + 1, 2) choice table leads to, from the last stage."""
+    counts, left, p = [], layers, k
+    for i in range(choice.shape[0] - 1, -1, -1):
+        n, p = (int(x) for x in choice[i, left, p])
+        counts.append(n)
+        left -= n
+    return tuple(counts[::-1])
+
+
+def solve_kind_splits(problems: Sequence[KindSplitProblem]) -> list[Split]:
+    """The best split of each problem (one shape), exact: the lowest slowest stage, then the
+    lowest peak memory among those (where several splits tie, the dynamic program's own)."""
+    if not problems:
+        return []
+    p0 = problems[0]
+    layers, k = p0.layers, p0.k
+    fits = np.stack([p.fits for p in problems])
+    # the counts no problem allows are left out of the tables (the optimum is unchanged)
+    width = int(np.flatnonzero(fits.any(axis=(0, 1, 3)))[-1]) + 1 if fits.any() else 1
+    fits = fits[:, :, :width]
+    time = np.stack([p.time[:, :width] for p in problems])
+    memory = np.stack([p.memory[:, :width] for p in problems])
+    first = p0.first[:, :width]
+    slowest, _ = _kinds_dp(layers, k, time, fits, first, track=False)
+    within = fits & (time <= slowest[:, None, None, None])
+    peak, choice = _kinds_dp(layers, k, memory, within, first)
+    return [Split() if slowest[j] >= BIG else
+            Split(_kinds_counts(choice[j], layers, k), int(slowest[j]), int(peak[j]))
+            for j in range(len(problems))]
+
+
+def kind_split_brute(problem: KindSplitProblem) -> tuple[tuple[int, int] | None,
+                                                         list[tuple[int, ...]]]:
+    """The oracle: every split of the layers into the stages' counts, by enumeration; the best
+    (slowest, peak) and every split that reaches it."""
+    import itertools
+
+    best, where = None, []
+    width = problem.time.shape[1]
+    for counts in itertools.product(range(1, width + 1), repeat=problem.stages):
+        if sum(counts) != problem.layers:
+            continue
+        obj = problem.objective(counts)
+        if obj is None:
+            continue
+        if best is None or obj < best:
+            best, where = obj, [counts]
+        elif obj == best:
+            where.append(counts)
+    return best, where
+
+
+@lru_cache(maxsize=4096)
+def _even_chunks(layers: int, pp: int, vpp: int) -> tuple[int, ...]:
+    """The even rule's layers per stage (vpp 1) or per virtual stage."""
+    from planner.layout import stage_layer_counts
+
+    return (even_totals(layers, pp, 1) if vpp == 1
+            else tuple(stage_layer_counts(layers, pp * vpp)))
+
+
+def _spread(space: Space, found: Mapping[int, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
+    """Each row's split as the layers it states: per stage with vpp 1; interleaved, per virtual
+    stage, spread by layout.chunks_of_stages with or without the last chunk emptied, whichever
+    has the shorter steady-state round (costmodel.batch.round_period; the default on a tie)."""
+    from planner.costmodel.batch import _Knobs, layout_arrays, round_period
+
+    out = {r: c for r, c in found.items() if int(space.knobs["vpp"][r]) == 1}
+    inter = np.array([r for r in found if int(space.knobs["vpp"][r]) > 1], dtype=np.int64)
+    if not len(inter):
+        return out
+    model, cluster, job = space.model, space.cluster, space.job
+    knobs = {k: v[inter] for k, v in space.knobs.items() if k != "stage_layers"}
+    options = []
+    for empty in (False, True):
+        chunks = [tuple(chunks_of_stages(found[int(r)], int(space.knobs["vpp"][r]), empty))
+                  for r in inter]
+        col = np.empty(len(inter), dtype=object)
+        col[:] = chunks
+        lo = layout_arrays({**knobs, "stage_layers": col})
+        options.append((chunks, round_period(model, cluster, job, _Knobs.of(lo, job, model),
+                                             lo)))
+    (plain, p_plain), (emptied, p_empty) = options
+    for j, r in enumerate(inter.tolist()):
+        out[r] = emptied[j] if p_empty[j] < p_plain[j] else plain[j]
+    return out
+
+
+def _solve_kind_rows(space: Space, rows: np.ndarray, solved: dict[bytes, Split]
+                     ) -> dict[int, tuple[int, ...]]:
+    """_solve_rows for a model with dense first layers: each row's mixed-kind split problem
+    solved once per distinct table; the split where one fits and its chunks differ from the
+    even rule's (layers per stage with vpp 1, per virtual stage otherwise)."""
+
+    model = space.model
+    layers, k = model.num_hidden_layers, pipeline.dense_prefix(model)
+    assert k is not None
+    out: dict[int, tuple[int, ...]] = {}
+    problems = kind_split_problems(space, rows, k)
+    # a count whose stage is slower than the even split's slowest stage is in no split that
+    # beats it (where the even split fits; SplitProblem.pruned's first rule)
+    even_slowest = np.rint(np.asarray(space.columns["stage_mb_s"])[rows]
+                           / space.time_unit_s).astype(np.int64)
+    problems = [replace(pr, fits=pr.fits & (pr.time <= bound)) if fit else pr
+                for pr, bound, fit in zip(problems, even_slowest.tolist(),
+                                          space.fits[rows].tolist(), strict=True)]
+    pps, vpps = space.knobs["pp"][rows], space.knobs["vpp"][rows]
+    for pp, vpp in sorted(set(zip(pps.tolist(), vpps.tolist(), strict=True))):
+        sel = np.flatnonzero((pps == pp) & (vpps == vpp)).tolist()
+        keys = [b"kinds" + problems[j].time.tobytes() + problems[j].memory.tobytes()
+                + problems[j].fits.tobytes() + problems[j].first.tobytes() for j in sel]
+        fresh: dict[bytes, int] = {}
+        for j, key in zip(sel, keys, strict=True):
+            if key not in solved:
+                fresh.setdefault(key, j)
+        if fresh:
+            answers = solve_kind_splits([problems[j] for j in fresh.values()])
+            solved.update(zip(fresh, answers, strict=True))
+        for j, key in zip(sel, keys, strict=True):
+            split = solved[key]
+            if split.counts:
+                out[int(rows[j])] = split.counts
+    spread = _spread(space, out)
+    knobs = space.knobs
+    return {r: c for r, c in spread.items()
+            if c != _even_chunks(layers, int(knobs["pp"][r]), int(knobs["vpp"][r]))}
+
+
+def _feature_rows(feats: pipeline.StageFeatures, at: list[int]) -> pipeline.StageFeatures:
+    """The given rows of stage features."""
+    return pipeline.StageFeatures(*(getattr(feats, f)[at]
+                                    for f in pipeline.StageFeatures.__dataclass_fields__))
+
+
+def _balanced_bound_kinds(space: Space, rows: np.ndarray, kth: float = np.inf
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """_balanced_bound for a model with dense first layers: the same closed form, T* the
+    smallest T at which the stages can hold the dearer kind's layers (each stage within T
+    holds at most floor((T - b_i) / a_dearer) of them; the cheaper layers only add to a
+    stage's count) and at least the stages' average (their sum is the same for every split:
+    a_dense k + a_moe (L - k) + sum b_i) and each stage's least layers at the cheaper kind's
+    time; gains against the even split's own slowest stage (the column stage_mb_s); may fit
+    where the stages can hold the layers by the MoE-only memory line (below), read only for
+    the rows whose bound reaches `kth` (the others are left whatever their memory). A stage's
+    time per micro-batch does not read zero or dp (costmodel.batch._stage_times), so the
+    stage terms are costed once per distinct row of the other knobs."""
+    from planner.costmodel.batch import stage_costs
+
+    model, cluster, job = space.model, space.cluster, space.job
+    layers, k = model.num_hidden_layers, pipeline.dense_prefix(model)
+    assert k is not None
+    out = np.zeros(len(rows))
+    gains = np.zeros(len(rows), dtype=bool)
+    can_fit = np.zeros(len(rows), dtype=bool)
+    pps = space.knobs["pp"][rows]
+    for pp in np.unique(pps).tolist():
+        mine = np.flatnonzero(pps == pp)
+        # rows (i, n, d): (i, 1, 0) one MoE layer, (i, 1, 1) one dense, (i, 2, 0) two MoE, of
+        # the first, an inner and the last stage (a stage's time does not depend on its index
+        # beyond the embedding and the head: every inner stage is stage 1's)
+        # and one and two MoE layers on every stage (memory depends on the stage's in-flight
+        # micro-batches)
+        feats = pipeline.kind_features(model, pp, 2, k)
+        ends = [0, 1, pp - 1] if pp > 2 else [0, 1]
+        pick = [(i * 2 + n) * (k + 1) + d for i in ends for n, d in ((0, 0), (0, 1), (1, 0))]
+        moe_rows = [(i * 2 + n) * (k + 1) for i in range(pp) for n in (0, 1)]
+
+
+        knobs = {key: v[rows[mine]] for key, v in space.knobs.items() if key != "stage_layers"}
+        cols = [np.asarray(v, dtype=np.int64) for name, v in knobs.items()
+                if name not in ("zero", "dp")]
+        radix = [int(c.max()) + 1 for c in cols]
+        if float(np.prod(radix, dtype=float)) < 2.0**62:  # packed into one key (mixed radix)
+            key = np.zeros(len(mine), dtype=np.int64)
+            for col, base in zip(cols, radix, strict=True):
+                key = key * base + col
+            _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        else:
+            _, first, inverse = np.unique(np.stack(cols, axis=1), axis=0, return_index=True,
+                                          return_inverse=True)
+        t, _ = stage_costs(model, cluster, job, {key: v[first] for key, v in knobs.items()},
+                           _feature_rows(feats, pick), memory=False)
+        t = t[inverse.reshape(-1)].reshape(len(mine), len(ends), 3)
+        stage_of = [0] + [1] * (pp - 2) + [len(ends) - 1]  # each stage's representative
+        t = t[:, stage_of]
+        one_moe, one_dense, two_moe = t[:, :, 0], t[:, :, 1], t[:, :, 2]
+        a_moe = (two_moe - one_moe).min(axis=1)
+        fixed = one_moe - a_moe[:, None]
+        a_dense = (one_dense - fixed).min(axis=1)
+        a_lo = np.maximum(np.minimum(a_moe, a_dense), 1e-30)[:, None]
+        vpp = space.knobs["vpp"][rows[mine]]
+        least = np.array([least_layers(pp, v) for v in range(1, int(vpp.max()) + 1)],
+                         dtype=float)[vpp - 1]
+        floor_t = (a_lo * least + fixed).max(axis=1)
+        whole = a_dense * k + a_moe * (layers - k) + fixed.sum(axis=1)
+        lo = np.maximum(whole / pp, floor_t)[:, None]
+        # whole layers: a stage within T holds at most floor((T - b_i) / a_hi) layers of the
+        # dearer kind plus its layers of the cheaper kind, so the stages hold the L_hi dearer
+        # layers only if sum_i floor((T - b_i) / a_hi) >= L_hi (the rows' dearer kind: MoE
+        # unless a dense layer takes longer)
+        moe_dearer = a_moe >= a_dense
+        a_hi = np.maximum(np.where(moe_dearer, a_moe, a_dense), 1e-30)[:, None]
+        best = np.zeros(len(mine))
+        for dearer, n_hi in ((True, layers - k), (False, k)):
+            sel = moe_dearer == dearer
+            if sel.any():
+                ah = a_hi[sel]
+                cand = np.maximum(ah * np.ceil((lo[sel] - fixed[sel]) / ah - 1e-9) + fixed[sel],
+                                  lo[sel])
+                best[sel] = _lowest_holding(cand, fixed[sel], ah, n_hi)
+        m = space.columns["grad_accum"][rows[mine]].astype(float)
+        slots = pipeline.bubble_slots(pp, vpp, m)
+        out[mine] = m * best + slots * (whole - best) / (pp - 1)
+        even_slowest = np.asarray(space.columns["stage_mb_s"])[rows[mine]]
+        gains[mine] = best < even_slowest * (1 - 1e-9)
+        # memory: a stage's bytes grow with each layer of either kind, so a stage holding
+        # d dense and m MoE layers within the capacity holds m MoE layers alone within it; the
+        # MoE-only line through 1 and 2 layers bounds those from above (convex in the layers,
+        # as _balanced_bound), so the stages hold at most sum_i most_i + k layers
+        # (only the rows whose even split does not fit read it)
+        short = np.flatnonzero(~space.fits[rows[mine]]
+                               & (out[mine] <= kth + 1e-9 * max(kth, 1.0)))
+        can_fit[mine] = True
+        if len(short):
+            _, mem = stage_costs(model, cluster, job, {key: v[short] for key, v in knobs.items()},
+                                 _feature_rows(feats, moe_rows))
+            cap = cluster.gpu.usable_memory_gib * GIB
+            m1, m2 = mem[:, 0::2], mem[:, 1::2]
+            slope = np.maximum(m2 - m1, 1e-30)
+            most = np.where(m1 <= cap, np.floor((cap - m1) / slope + 1e-9) + 1, 0) + k
+            can_fit[mine[short]] = ((most >= least[short]).all(axis=1)
+                                    & (most.sum(axis=1) - k * (pp - 1) >= layers))
+    return out, gains, can_fit

@@ -268,7 +268,8 @@ def test_space_holds_llama3_405b_published_layout() -> None:
     """Llama 3 paper, Table 4: 16,384 H100, TP 8, CP 1, PP 16, DP 128, seq 8192, 16 sequences
     per DP rank (mbs 1), interleaved. 126 layers + embedding + loss = 128 = 16 x 8 chunks, and
     16 micro-batches divide by pp 16: vpp 8 is in the space; every interleaved layout obeys
-    (pp*vpp) | L or L+2 and pp | grad_accum."""
+    checks.vpp_searchable (here, where Megatron's flags interleave every pp: (pp*vpp) | L or
+    L+2) and pp | grad_accum."""
     from planner.registry import load_model, parse_cluster
     from planner.search import enumerate_layouts
 

@@ -95,6 +95,8 @@ def test_search_rules_come_from_checks():
     from planner.search.exhaustive import enumerate_structures
 
     for tp, pp, dp, cp, ep, etp, vpp, mbs in enumerate_structures(MODEL, CLUSTER, JOB, {}):
-        lo = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=mbs)
+        # chunks the flags cannot split evenly carry a layout string's layers per virtual stage
+        lo = Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=mbs,
+                    stage_layers=checks.layout_string_chunks(MODEL.num_hidden_layers, pp, vpp))
         assert layout_violations(MODEL, CLUSTER, JOB, lo) == [], lo
     assert checks.vpp_allowed(80, 4, 2) and not checks.vpp_allowed(80, 4, 3)

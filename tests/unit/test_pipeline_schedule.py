@@ -68,7 +68,9 @@ def test_interleaved_refuses_what_megatron_refuses():
 def test_estimate_bubble_equals_the_drawn_timeline():
     """The estimate's time_pp_bubble_s is the idle time of the slowest stage (the last: the LM
     head) on the timeline simulate() draws with each stage's per-micro-batch time (sends
-    aside)."""
+    aside), each stage's time spread over its chunks; and within 1% of the timeline with each
+    chunk's own time (the head on the last chunk, the embedding on the first: the rounds run
+    at the slowest stage here, costmodel.batch.round_period adds nothing)."""
     from planner.costmodel.batch import stage_costs
 
     model, cluster = load_model("llama2-7b"), parse_cluster("16xA100")
@@ -85,6 +87,16 @@ def test_estimate_bubble_equals_the_drawn_timeline():
     slots = pipeline.simulate(4, 2, m, tf / 2, tb / 2)
     makespan = max(s.end for s in slots)
     assert makespan - m * stage_mb == pytest.approx(float(cols["time_pp_bubble_s"][0]), rel=1e-9)
+    # each chunk's own time: chunk c on stage c mod 4, 4 layers each, the embedding on chunk 0
+    # and the LM head on chunk 7 (a stage row of chunk 0's layers on stage 0, and so on)
+    chunk_rows = [pipeline._stage_row(model, 0 if c == 0 else (3 if c == 7 else 1), 4,
+                                      list(range(4 * c, 4 * c + 4))) for c in range(8)]
+    feats = pipeline.StageFeatures(*(np.asarray(col, dtype=float) for col in zip(*chunk_rows,
+                                                                                 strict=True)))
+    chunk_s, _ = stage_costs(model, cluster, job, [layout], feats)
+    slots = pipeline.simulate(4, 2, m, chunk_s[0] * share_f, chunk_s[0] * (1 - share_f))
+    simulated = max(s.end for s in slots) - m * stage_mb
+    assert float(cols["time_pp_bubble_s"][0]) == pytest.approx(simulated, rel=0.01)
     assert cols["time_compute_s"][0] == pytest.approx(
         m * (cols["fwd_mb_s"][0] + cols["bwd_mb_s"][0] + cols["recompute_mb_s"][0]), rel=0.05)
 
