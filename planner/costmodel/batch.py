@@ -163,25 +163,18 @@ def estimate_batch(
 
 def _chunk_counts(model: ModelSpec, pp: int, vpp: int, split: tuple[int, ...]) -> np.ndarray:
     """(pp * vpp, 5) counts of each model chunk in layer order: dense layers, MoE layers, the
-    embedding (none: below), the LM head and MTP head passes (the last chunk, its MTP modules
-    one more layer like the last: pipeline._stage_row's rule)."""
+    embedding (none: below), the LM head and MTP head passes: pipeline._stage_row of each chunk
+    as a stage of pp * vpp (the last holds the head and its MTP modules, layers like the last)."""
     chunks = (list(split) if len(split) == pp * vpp
               else pipeline.stage_layer_counts(model.num_hidden_layers, pp * vpp))
-    mtp = model.num_nextn_predict_layers
-    last_moe = model.is_moe_layer(model.num_hidden_layers - 1)
-    out = np.zeros((len(chunks), 5))
-    start = 0
-    for c, n in enumerate(chunks):
-        moe = sum(model.is_moe_layer(i) for i in range(start, start + n))
-        out[c, :2] = n - moe, moe
-        start += n
-    # the embedding's excess on the first round is left out: the first virtual stage waits on
-    # nothing, and its excess only shifts the fill (simulate(): chunks of 4.01, 4, 4, 4 | 4, 4,
-    # 4, 4 + h layers' time run at the slowest stage's 8 + h, not 8.01 + h)
-    out[0, 2] = 0
-    out[-1, 3], out[-1, 4] = 1, mtp
-    out[-1, 1 if last_moe else 0] += mtp
-    return out
+    starts = np.cumsum([0, *chunks]).tolist()
+    rows = [pipeline._stage_row(model, c, len(chunks), range(starts[c], starts[c + 1]))
+            for c in range(len(chunks))]
+    # (n_dense, n_moe, emb, head, mtp); the embedding's excess on the first round is left out:
+    # the first virtual stage waits on nothing, and its excess only shifts the fill (simulate():
+    # chunks of 4.01, 4, 4, 4 | 4, 4, 4, 4 + h layers' time run at the slowest stage's 8 + h,
+    # not 8.01 + h)
+    return np.array([(r[1], r[2], 0, r[4], r[9]) for r in rows], dtype=float)
 
 
 def round_period(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs,
