@@ -175,11 +175,16 @@ def read_layout_string(text: str) -> list[tuple[int, int, int]]:
     """(embeddings, decoder layers, losses) of each chunk of a Megatron pipeline layout string
     (planner.layout.parse_pipeline_layout: Megatron-Core's grammar and rules); SpecError when
     it breaks them."""
+    return [(e, t, loss) for e, t, _, loss in _layout_chunks(text)]
+
+
+def _layout_chunks(text: str) -> list[tuple[int, int, int, int]]:
+    """parse_pipeline_layout's (embeddings, decoder, MTP, losses) per chunk; SpecError."""
     from planner.errors import LayoutError
     from planner.layout import parse_pipeline_layout
 
     try:
-        return [(e, t, loss) for e, t, _, loss in parse_pipeline_layout(text)]
+        return parse_pipeline_layout(text)
     except LayoutError as err:
         raise SpecError(f"--pipeline-model-parallel-layout {err}") from None
 
@@ -435,23 +440,17 @@ def read_split(args: dict[str, Any], shape: dict[str, Any], pins: dict[str, Any]
     loss = int(_flag(args, "--account-for-loss-in-pipeline-split"))
     where = f"{imported.path}: --pipeline-model-parallel-layout {text}"
     if text not in (None, True):
-        parsed = read_layout_string(str(text))
+        parsed = _layout_chunks(str(text))  # E opens, L closes, once each (checked there)
         if len(parsed) % pp:
             raise SpecError(f"{where} has {len(parsed)} stages, not a multiple of "
                             f"--pipeline-model-parallel-size {pp}")
-        if parsed[0][0] != 1 or parsed[-1][2] != 1 or \
-                sum(c[0] + c[2] for c in parsed) != 2:
-            raise SpecError(f"{where}: the embedding E must open the first stage and the loss L "
-                            "close the last, once each")
         counts = [c[1] for c in parsed]
         if layers and sum(counts) != layers:
             raise SpecError(f"{where} holds {sum(counts)} decoder layers, --num-layers is "
                             f"{layers}")
         layers = shape["num_hidden_layers"] = sum(counts)
         pins["vpp"] = len(parsed) // pp
-        from planner.layout import parse_pipeline_layout
-
-        where_mtp = [i for i, c in enumerate(parse_pipeline_layout(str(text))) if c[2]]
+        where_mtp = [i for i, c in enumerate(parsed) if c[2]]
         if where_mtp and where_mtp[0] != len(parsed) - 1:
             imported.notes.append(
                 f"the pipeline layout's MTP layers (m) sit on virtual stage {where_mtp[0]}; the "
