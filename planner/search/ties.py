@@ -21,14 +21,20 @@ from planner.search.bands import overlaps_best, ranking_bounds, robust_step_time
 from planner.search.problem import OBJECTIVE_SUM_LIMIT, Space, scale_time
 
 
+def _band_columns(space: Space) -> dict[str, np.ndarray]:
+    """The space's cost columns, with the profile's ranking band where the cost function has no
+    band columns at all (bands.ranking_bounds reads them)."""
+    cols = dict(space.columns)
+    if "ranking_band" not in cols and "step_time_low_s" not in cols:
+        cols["ranking_band"] = np.full(len(cols["step_time_s"]), space.cluster.gpu.ranking_band)
+    return cols
+
+
 def bands(space: Space) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) ranking band of every row, seconds (bands.ranking_bounds): step_time_s x
     (1 -+ ranking_band) from the cost columns, else the profile's ranking band (a cost function
     without band columns)."""
-    cols = dict(space.columns)
-    if "ranking_band" not in cols and "step_time_low_s" not in cols:
-        cols["ranking_band"] = np.full(len(cols["step_time_s"]), space.cluster.gpu.ranking_band)
-    return ranking_bounds(cols)
+    return ranking_bounds(_band_columns(space))
 
 
 def tie_group(space: Space, eligible: np.ndarray, best: int) -> np.ndarray:
@@ -43,11 +49,7 @@ def robust_keys(space: Space, rows: np.ndarray) -> np.ndarray:
     comes after every tied plan with headroom), then the robustness score in the space's time
     unit (coarsened by tens while the rows' sum could leave int64, as the space's own keys),
     then memory, then crossing groups; the same weights as Space.keys."""
-    cols = {k: v for k, v in space.columns.items()}
-    low, high = bands(space)
-    cols.pop("ranking_band", None)  # the score's high end: the ranking band's
-    cols["step_time_high_s"] = high
-    robust = robust_step_time(cols)
+    robust = robust_step_time(_band_columns(space))  # from the ranking band's high end
     wt, wm = space.objective_weights
     mem = np.minimum(space.mem_units, space.cap_units + 1)
     unit = space.time_unit_s
