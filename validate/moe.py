@@ -105,7 +105,7 @@ class MoEFeedForward(nn.Module):
         send_sizes, recv_sizes = send.tolist(), recv.tolist()
         got = all_to_all_single(copies, recv_sizes, send_sizes, group=self.group)
         got = got.wait() if hasattr(got, "wait") else got
-        got_expert = torch.empty(sum(recv_sizes), dtype=expert.dtype)
+        got_expert = torch.empty(sum(recv_sizes), dtype=expert.dtype, device=expert.device)
         dist.all_to_all_single(got_expert, expert, recv_sizes, send_sizes, group=self.group)
         out = self._experts(got, got_expert - self.first)
         back = all_to_all_single(out, send_sizes, recv_sizes, group=self.group)

@@ -97,7 +97,6 @@ def test_batched_pruning_is_split_problem_pruned() -> None:
                            np.array([bounded]))[0]
         want = prob.pruned(bound if bounded else None).fits
         assert np.array_equal(got, want)
-        assert isinstance(SplitProblem(prob.layers, prob.time, prob.memory, got), SplitProblem)
 
 
 def test_kth_best_follows_the_partition() -> None:

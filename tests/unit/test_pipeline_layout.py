@@ -50,7 +50,7 @@ def test_uneven_interleaved_schedule_by_hand():
     assert per_stage == [9.0, 9.0]
     closed = float(pipeline.bubble_time(2, 2, 2, max(per_stage), sum(per_stage)))
     assert closed == 4.5
-    assert 22.0 - 2 * 9.0 == 4.0  # the simulated bubble
+    assert _makespan(2, 2, 2, [1, 2, 2, 1]) - 2 * max(per_stage) == 4.0  # the simulated bubble
     # equal chunks: the closed form is the schedule (Narayanan 2021 sec. 2.2.2)
     assert _makespan(2, 2, 4, [2, 2, 2, 2]) == 4 * 12.0 + float(
         pipeline.bubble_time(2, 2, 4, 12.0, 24.0)) == 54.0
@@ -75,7 +75,7 @@ def test_virtual_split_is_costed_per_stage_total():
     assert cols["slow_stage"].tolist() == [3, 3]
     assert cols["fwd_mb_s"][0] == pytest.approx(cols["fwd_mb_s"][1], rel=1e-12)
     assert cols["stage_mb_s"][0] == pytest.approx(cols["stage_mb_s"][1], rel=1e-12)
-    assert cols["grad_accum"][0] == 64 >= 4
+    assert cols["grad_accum"][0] == 64  # m >= pp: the steady-state bubble form
     assert cols["time_pp_bubble_s"][0] == pytest.approx(cols["time_pp_bubble_s"][1] / 2,
                                                         rel=1e-12)
     assert virt.layers_per_stage == (7, 8, 8, 9) and not virt.even_split
