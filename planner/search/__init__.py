@@ -179,22 +179,10 @@ def search(
     if stage_layers:
         pins = _pin_split(model, pins, stage_layers)
     t0 = time.perf_counter()
-    virtual = bool(stage_layers) and len(stage_layers) != pins["pp"]
-    if virtual:
-        # layers per virtual stage state every chunk (Megatron's pipeline layout), so the even
-        # rule's "pp*vpp chunks divide the layers" does not apply: enumerate as vpp 1 (every
-        # other structural rule is the same), then interleave where pp divides grad_accum
-        from planner.costmodel.checks import interleave_batch_allowed
-
-        knobs = enumerate_layouts(model, cluster, job, {**pins, "vpp": 1}, config,
-                                  tp_across_nodes)
-        keep = np.array([interleave_batch_allowed(pins["pp"], pins["vpp"],
-                                                  job.global_batch // (int(b) * int(d)))
-                         for b, d in zip(knobs["mbs"], knobs["dp"], strict=True)], dtype=bool)
-        knobs = {k: np.asarray(v)[keep] for k, v in knobs.items()}
-        knobs["vpp"] = np.full(len(knobs["tp"]), pins["vpp"], dtype=np.int64)
-    else:
-        knobs = enumerate_layouts(model, cluster, job, pins, config, tp_across_nodes)
+    # a split per virtual stage (Megatron's pipeline layout) pins pp and vpp (_pin_split): the
+    # enumeration admits any pinned pair (checks.vpp_searchable) and keeps Megatron's
+    # grad_accum % pp rule
+    knobs = enumerate_layouts(model, cluster, job, pins, config, tp_across_nodes)
     if stage_layers:
         knobs["stage_layers"] = np.empty(len(knobs["tp"]), dtype=object)
         knobs["stage_layers"][:] = [tuple(stage_layers)] * len(knobs["tp"])

@@ -250,3 +250,21 @@ def test_uneven_interleaved_step_against_simulate(chunks, m, stalls):
     assert closed == pytest.approx(simulated, rel=0.02)
     if stalls:
         assert (m * slowest + fill) < 0.95 * simulated
+
+
+def test_a_split_per_virtual_stage_searches_each_layout_once():
+    """--stage-layers with one count per virtual stage pins pp and vpp; the space holds each
+    layout once (it held every vpp's rows relabelled to the pinned vpp: 1920 rows, 480 distinct,
+    plans repeated four times on Llama 3 8B pp 4 x vpp 2)."""
+    from planner.search import search
+    from planner.search.problem import KNOBS
+
+    model, cluster = load_model("llama3-8b"), parse_cluster("64xH100")
+    result = search(model, cluster, JobSpec(seq_len=4096, global_batch=512), {"pp": 4, "vpp": 2},
+                    10, stage_layers=(4,) * 8)
+    space = result.space
+    rows = [tuple(int(space.knobs[k][i]) for k in KNOBS)
+            for i in np.flatnonzero(space.pin_mask({"pp": 4, "vpp": 2}))]
+    assert rows and len(rows) == len(set(rows))
+    layouts = [p.layout for p in result.plans()]
+    assert len(layouts) == 10 == len(set(layouts))
