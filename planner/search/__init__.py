@@ -54,24 +54,8 @@ def enumerate_layouts(
     pins = normalize_pins(pins)
     domains = knob_domains(model, cluster, job, pins, tp_across_nodes)
     structures = StructureModel(model, cluster, job, domains, config, pins).enumerate()
-    knobs = expand_structures(structures, pins, checks.offload_allowed(cluster), model.is_moe)
-    return supported_rows(knobs, dict(job.layout_support), pins)
-
-
-def supported_rows(knobs: dict[str, Any], support: Mapping[str, Sequence[Any]],
-                   pins: Mapping[str, Any]) -> dict[str, Any]:
-    """The knob columns without the values the software cannot run (JobSpec.layout_support;
-    a pinned knob keeps its pin: the user's word wins, estimate and solve warn)."""
-    from planner.search.problem import knob_code
-
-    keep = np.ones(len(knobs["tp"]), dtype=bool)
-    for knob, values in support.items():
-        if knob in pins or knob not in knobs:
-            continue
-        keep &= np.isin(knobs[knob], [knob_code(knob, v) for v in values])
-    if keep.all():
-        return knobs
-    return {k: np.asarray(v)[keep] for k, v in knobs.items()}
+    return expand_structures(structures, pins, checks.offload_allowed(cluster), model.is_moe,
+                             dict(job.layout_support))
 
 
 def build_space(

@@ -69,7 +69,8 @@ def exhaustive_space(
     """The space, enumerated by loops and evaluated by the cost model."""
     pins = normalize_pins(pins)
     structures = enumerate_structures(model, cluster, job, pins, tp_across_nodes)
-    knobs = expand_structures(structures, pins, checks.offload_allowed(cluster), model.is_moe)
+    knobs = expand_structures(structures, pins, checks.offload_allowed(cluster), model.is_moe,
+                              dict(job.layout_support))
     return evaluate(model, cluster, job, knobs, batch_cost)
 
 

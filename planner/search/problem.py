@@ -37,7 +37,7 @@ constraints of the selection model, not filters of the space, so the same evalua
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -210,10 +210,12 @@ def inner_knobs(tp: int, dp: int, cp: int, pins: Mapping[str, Any],
 
 def expand_structures(
     structures: list[tuple[int, ...]], pins: Mapping[str, Any], offload: bool = False,
-    moe: bool = False,
+    moe: bool = False, support: Mapping[str, Sequence[Any]] | None = None,
 ) -> dict[str, np.ndarray]:
     """Knob columns of the space: each (tp, pp, dp, cp, ep, etp, vpp, mbs) times its inner
-    knobs, in structure order then inner_knobs order. Built with numpy: inner_knobs once per
+    knobs, in structure order then inner_knobs order, without the values the software cannot
+    run (`support`, JobSpec.layout_support: supported_rows; the CP-SAT search and the
+    exhaustive oracle both expand here). Built with numpy: inner_knobs once per
     distinct (tp, dp, cp), each structure's rows gathered from its padded table (a Python row
     per layout took 0.1 s of Mixtral's 161k rows on 65536 H100 at 2**20 sequences)."""
     width = len(STRUCTURE_KNOBS)
@@ -235,7 +237,21 @@ def expand_structures(
     within = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
     inner = table[np.repeat(group, counts), within]
     full = np.concatenate([np.repeat(structs, counts, axis=0), inner], axis=1)
-    return {k: full[:, i] for i, k in enumerate(KNOBS)}
+    return supported_rows({k: full[:, i] for i, k in enumerate(KNOBS)}, support or {}, pins)
+
+
+def supported_rows(knobs: dict[str, Any], support: Mapping[str, Sequence[Any]],
+                   pins: Mapping[str, Any]) -> dict[str, Any]:
+    """The knob columns without the values the software cannot run (JobSpec.layout_support;
+    a pinned knob keeps its pin: the user's word wins, estimate and solve warn)."""
+    keep = np.ones(len(knobs["tp"]), dtype=bool)
+    for knob, values in support.items():
+        if knob in pins or knob not in knobs:
+            continue
+        keep &= np.isin(knobs[knob], [knob_code(knob, v) for v in values])
+    if keep.all():
+        return knobs
+    return {k: np.asarray(v)[keep] for k, v in knobs.items()}
 
 
 def expand_held_knobs(structures: list[tuple[int, ...]], domains: Domains, moe: bool,
