@@ -128,13 +128,11 @@ class Proto:
             _expr(con.exprs.add(), var)
         con.values.extend(x for row in rows for x in row)
 
-    def modulo(
-        self, target: int, numerator: int | None, modulus: int, constant_numerator: int = 0
-    ) -> None:
-        """var[target] = numerator mod var[modulus]; numerator a variable or a constant."""
+    def modulo(self, target: int, numerator: int, modulus: int) -> None:
+        """var[target] = var[numerator] mod var[modulus]."""
         mod = self.proto.constraints.add().int_mod
         _expr(mod.target, target)
-        _expr(mod.exprs.add(), numerator, constant_numerator)
+        _expr(mod.exprs.add(), numerator)
         _expr(mod.exprs.add(), modulus)
 
     def solve(
@@ -372,7 +370,7 @@ class SelectionModel:
     def _add_objective(self) -> None:
         # sum of the chosen objective values: step time, then memory, then crossing groups
         keys = self.keys
-        free = np.flatnonzero(~self._excluded)  # the others are 0 and add nothing
+        free = self.free  # the others are 0 and add nothing
         # the objective is a sum of at most top_k chosen keys, so it is bounded by both top_k x
         # the largest key and the sum of all keys; only rows that may be chosen count (a
         # layout that does not fit may take days, and its key never enters the objective)
@@ -385,7 +383,7 @@ class SelectionModel:
 
     def _add_hint(self) -> None:
         # start from the lowest-memory eligible layouts (a feasible point)
-        eligible = np.flatnonzero(~self._excluded)
+        eligible = self.free
         order = eligible[np.argsort(self.space.mem_units[eligible], kind="stable")]
         chosen = self._var(order[: self.top_k]).tolist()
         self.proto.solution_hint.vars.extend(chosen)

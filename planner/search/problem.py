@@ -388,12 +388,12 @@ class Space:
         split = split or checks.layout_string_chunks(layers, pp, vpp)
         return Layout(
             tp=int(k["tp"][i]),
-            pp=int(k["pp"][i]),
+            pp=pp,
             dp=int(k["dp"][i]),
             cp=int(k["cp"][i]),
             ep=int(k["ep"][i]),
             etp=int(k["etp"][i]),
-            vpp=int(k["vpp"][i]),
+            vpp=vpp,
             mbs=int(k["mbs"][i]),
             zero=int(k["zero"][i]),
             recompute=RECOMPUTE_LEVELS[int(k["recompute"][i])],  # type: ignore[arg-type]

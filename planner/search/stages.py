@@ -99,8 +99,8 @@ def least_layers(pp: int, vpp: int) -> list[int]:
 
 @lru_cache(maxsize=4096)
 def even_totals(layers: int, pp: int, vpp: int) -> tuple[int, ...]:
-    """Layers per stage under the even rule (its chunks together)."""
-    return tuple(len(s) for s in pipeline.stage_layers(layers, pp, vpp))
+    """Layers per stage under the even rule (its chunks together; pipeline.stage_counts)."""
+    return tuple(pipeline.stage_counts(layers, pp, vpp))
 
 
 def split_width(layers: int, pp: int) -> int:
@@ -876,10 +876,7 @@ def kind_split_brute(problem: KindSplitProblem) -> tuple[tuple[int, int] | None,
 @lru_cache(maxsize=4096)
 def _even_chunks(layers: int, pp: int, vpp: int) -> tuple[int, ...]:
     """The even rule's layers per stage (vpp 1) or per virtual stage."""
-    from planner.layout import stage_layer_counts
-
-    return (even_totals(layers, pp, 1) if vpp == 1
-            else tuple(stage_layer_counts(layers, pp * vpp)))
+    return tuple(pipeline.stage_layer_counts(layers, pp * vpp))
 
 
 def _spread(space: Space, found: Mapping[int, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
