@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from accuracy import Predictor
 from ranking import SWEEPS_DIR, build_groups, frameworks_of, load_all, rank_plans, score_group
 
+from planner.errors import run_script
 from planner.registry import load_gpu
 from planner.specs import GpuProfile
 
@@ -176,4 +177,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_script(main)

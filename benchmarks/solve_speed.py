@@ -161,11 +161,6 @@ def moe_in_process(model: str, cluster: str, seq_len: int, batch: int | None,
     return out
 
 
-def command_s(args: list[str], repeats: int) -> float:
-    """Median wall time of `python -m planner ARGS` in a fresh process (after one warm-up)."""
-    return command_runs(args, repeats)["wall_s"]
-
-
 # The quick start and the MoE spaces whose plans the exact shortcuts must leave unchanged
 CHECK_CASES: list[tuple[str, str, int | None, int | None]] = [
     ("llama70b", "128xA100", None, None), *MOE_CASES]
