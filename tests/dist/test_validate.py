@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from dist_reference import train_reference
 
 from planner.layout import Layout
 from planner.plan import PLAN_COLUMNS
@@ -46,24 +47,7 @@ def _spec():
 def reference() -> tuple[list[float], float]:
     """The same model, seed and data trained in this process without torch.distributed (AdamW,
     lr 1e-3 as the worker): the loss of every step and step 1's gradient norm."""
-    import torch
-
-    from planner.validate.model import ModelArgs, Transformer, cross_entropy, synthetic_batch
-
-    torch.manual_seed(0)
-    model = Transformer(ModelArgs.from_spec(_spec(), JOB.seq_len))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    losses, norm = [], 0.0
-    for step in range(WARMUP + STEPS):
-        tokens, targets = synthetic_batch(JOB.global_batch, JOB.seq_len, SCALE.vocab, 0, step)
-        opt.zero_grad()
-        loss = cross_entropy(model(tokens), targets)
-        loss.backward()
-        if step == 0:
-            norm = math.sqrt(sum(float(p.grad.pow(2).sum()) for p in model.parameters()))
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses, norm
+    return train_reference(_spec(), JOB.seq_len, JOB.global_batch, SCALE.vocab, WARMUP + STEPS)
 
 
 def _validate(tmp_path: Path, layout: Layout, **kw) -> dict:

@@ -6,13 +6,12 @@ batch in this test (AdamW, lr 1e-3, as the worker)."""
 from __future__ import annotations
 
 import json
-import math
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from dist_reference import train_reference
 
 from planner.layout import Layout
 from planner.registry import load_model
@@ -28,24 +27,8 @@ ARGS = ["--layers", "2", "--hidden", "32", "--heads", "4", "--kv-heads", "2", "-
 
 def _reference() -> tuple[list[float], float]:
     """The whole scaled model in this process: every step's loss, step 1's gradient norm."""
-    import torch
-
-    from planner.validate.model import ModelArgs, Transformer, cross_entropy, synthetic_batch
-
-    torch.manual_seed(0)
-    model = Transformer(ModelArgs.from_spec(scaled_spec(load_model("mixtral-8x7b"), SCALE), SEQ))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    losses, norm = [], 0.0
-    for step in range(WARMUP + STEPS):
-        tokens, targets = synthetic_batch(BATCH, SEQ, SCALE.vocab, 0, step)
-        opt.zero_grad()
-        loss = cross_entropy(model(tokens), targets)
-        loss.backward()
-        if step == 0:
-            norm = math.sqrt(sum(float(p.grad.pow(2).sum()) for p in model.parameters()))
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses, norm
+    return train_reference(scaled_spec(load_model("mixtral-8x7b"), SCALE), SEQ, BATCH,
+                           SCALE.vocab, WARMUP + STEPS)
 
 
 def test_moe_spec_keeps_its_experts():
@@ -66,7 +49,7 @@ def test_validate_moe_with_ep_matches_one_process(tmp_path: Path) -> None:
         [sys.executable, "-m", "planner", "validate", "--model", "mixtral-8x7b", *ARGS,
          "--dp", "2", "--ep", "2", "--steps", str(STEPS), "--warmup", str(WARMUP),
          "--out", str(out)],
-        capture_output=True, text=True, timeout=120, env={**os.environ})
+        capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     rec = json.loads(out.read_text().splitlines()[-1])
     assert rec["ok"] and rec["world_size"] == 2 and rec["backend"] == "gloo"

@@ -4,30 +4,12 @@ statistics against numpy; benchmarks/recipes.py's recipe groups."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
+from bench_fixtures import load_bench
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _load(name: str):
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(f"{name}_bench", BENCH / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[f"{name}_bench"] = module
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
-
-
-acc = _load("accuracy")
+acc = load_bench("accuracy")
 
 
 def test_unfitted_profiles_are_the_measured_values():
@@ -80,7 +62,7 @@ def test_loso_table_statistics():
 
 def test_recipe_groups_count_duplicates_once():
     """dgxc measured the same job and layout on several containers: one recipe, the median."""
-    rec = _load("recipes")
+    rec = load_bench("recipes")
     from planner.measured.runs import load_table
 
     runs, _ = load_table()

@@ -238,22 +238,12 @@ def test_a100_attention_efficiency_is_what_its_named_fit_gives(gpus):
     """The value and its source: refitting as the source says (benchmarks/accuracy.py's
     fitted_profiles on the A100-80GB runs of its tuning sources) gives the stored value back
     (the stock profile is the fit's fixed point), so the number is the fit's, not a guess."""
-    import importlib.util
-    import sys
-    from pathlib import Path
+    from bench_fixtures import load_bench
 
-    bench = Path(__file__).resolve().parents[2] / "benchmarks"
-    sys.path.insert(0, str(bench))
-    try:
-        spec = importlib.util.spec_from_file_location("accuracy_bench", bench / "accuracy.py")
-        acc = importlib.util.module_from_spec(spec)
-        sys.modules["accuracy_bench"] = acc
-        spec.loader.exec_module(acc)
-    finally:
-        sys.path.remove(str(bench))
     from planner.measured.runs import PUBLISHED_RUNS_CSV, load_table
 
     runs, _ = load_table(PUBLISHED_RUNS_CSV, resolve_gpu=load_gpu)
+    acc = load_bench("accuracy")
     mine = [r for r in runs if r.source_id in acc.TUNE_SOURCES
             and r.cluster.gpu.name == "A100-SXM4-80GB"]
     _, values = acc.fitted_profiles(mine, acc.Predictor(), log=lambda *_: None)

@@ -100,13 +100,9 @@ def test_sequence_parallel_at_tp1_is_switched_off_with_a_note():
     assert any("switches it off" in n for n in got.notes)
 
 
-def test_estimate_config_costs_the_configs_own_split(tmp_path):
-    import json
-
-    from typer.testing import CliRunner
-
-    from planner.cli import app
-
+def _llama70b_uneven_script(tmp_path):
+    """A Megatron-LM launch of a Llama-3-70B shape on 64 GPUs, pp 4 with NVIDIA's uneven layout
+    string (18, 22, 21, 19 layers)."""
     script = tmp_path / "train.sh"
     script.write_text("torchrun --nproc_per_node 8 --nnodes 8 pretrain_gpt.py " + ARGS.format(
         L=80, pp=4).replace("--hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
@@ -118,6 +114,17 @@ def test_estimate_config_costs_the_configs_own_split(tmp_path):
                             "--untie-embeddings-and-output-weights --disable-bias-linear "
                             "--vocab-size 128256 --global-batch-size 256")
                         + "--pipeline-model-parallel-layout 'Et*18|t*22|t*21|t*19L'")
+    return script
+
+
+def test_estimate_config_costs_the_configs_own_split(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    script = _llama70b_uneven_script(tmp_path)
     result = CliRunner().invoke(app, ["estimate", "--config", str(script), "--cluster", "H100",
                                       "--json"])
     assert result.exit_code == 0, result.output
@@ -134,17 +141,7 @@ def test_solve_config_ranks_the_configs_own_split(tmp_path):
 
     from planner.cli import app
 
-    script = tmp_path / "train.sh"
-    script.write_text("torchrun --nproc_per_node 8 --nnodes 8 pretrain_gpt.py " + ARGS.format(
-        L=80, pp=4).replace("--hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
-                            "--max-position-embeddings 4096",
-                            "--hidden-size 8192 --num-attention-heads 64 --seq-length 8192 "
-                            "--max-position-embeddings 8192 --ffn-hidden-size 28672 "
-                            "--group-query-attention --num-query-groups 8 --swiglu "
-                            "--normalization RMSNorm --position-embedding-type rope "
-                            "--untie-embeddings-and-output-weights --disable-bias-linear "
-                            "--vocab-size 128256 --global-batch-size 256")
-                        + "--pipeline-model-parallel-layout 'Et*18|t*22|t*21|t*19L'")
+    script = _llama70b_uneven_script(tmp_path)
     runner = CliRunner()
     est = runner.invoke(app, ["estimate", "--config", str(script), "--cluster", "H100", "--json"])
     sol = runner.invoke(app, ["solve", "--config", str(script), "--cluster", "H100", "--top", "1",

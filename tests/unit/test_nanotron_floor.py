@@ -4,31 +4,14 @@ bandwidth, and the ranking benchmark can leave them out."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 
 import pandas as pd
 import pytest
-from test_ranking_metrics import BENCH, rk
+from bench_fixtures import load_bench, nanotron_sweep
 
-SWEEP = rk.SWEEPS_DIR / "nanotron_sweep_dev.csv"
-
-
-def _load_floor():
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("nanotron_floor_bench",
-                                                      BENCH / "nanotron_floor.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["nanotron_floor_bench"] = module
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
-
-
-fl = _load_floor()
+rk, fl = load_bench("ranking"), load_bench("nanotron_floor")
+SWEEP = nanotron_sweep()
 
 
 def test_window_excess_is_hand_computed() -> None:

@@ -5,7 +5,7 @@ cumulative compute cost, the LM head counted (huggingface/nanotron models/base.p
 from __future__ import annotations
 
 import pytest
-from test_ranking_metrics import rk
+from bench_fixtures import load_bench, nanotron_sweep
 
 from planner.costmodel import pipeline
 from planner.costmodel.checks import stage_layers_violations
@@ -13,7 +13,8 @@ from planner.layout import Layout
 from planner.measured.runs import load_table
 from planner.specs import ModelSpec
 
-SWEEP = rk.SWEEPS_DIR / "nanotron_sweep_dev.csv"
+rk = load_bench("ranking")
+SWEEP = nanotron_sweep()
 
 
 def _llama(h: int, ffn: int, layers: int, vocab: int = 131072) -> ModelSpec:

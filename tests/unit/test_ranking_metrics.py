@@ -3,30 +3,12 @@ table, and the closed loop's promise (re-ranking after a refit does not lose pai
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
+from bench_fixtures import load_bench
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _load_ranking():
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("ranking_bench", BENCH / "ranking.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["ranking_bench"] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
-
-
-rk = _load_ranking()
+rk = load_bench("ranking")
 
 
 def test_pairs_all_right_and_all_wrong() -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_ranking_metrics import rk
+from bench_fixtures import load_bench, nanotron_sweep
 
 from planner.costmodel.batch import estimate_batch
 
-SWEEP = rk.SWEEPS_DIR / "nanotron_sweep_dev.csv"
+rk = load_bench("ranking")
+SWEEP = nanotron_sweep()
 
 
 @pytest.fixture(scope="module")
