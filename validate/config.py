@@ -61,9 +61,8 @@ def scaled_spec(spec: ModelSpec, scale: ScaleDown) -> ModelSpec:
     if scale.vocab is not None:
         data["vocab_size"] = scale.vocab
     if spec.is_moe and spec.activation == "swiglu" and not spec.linear_bias:
-        ffn = scale.ffn or spec.expert_ffn
-        data.update(intermediate_size=scale.ffn or spec.intermediate_size,
-                    moe_intermediate_size=ffn, num_shared_experts=0)
+        # intermediate_size is the spec's or already scale.ffn (above)
+        data.update(moe_intermediate_size=scale.ffn or spec.expert_ffn, num_shared_experts=0)
     elif spec.is_moe:
         data["intermediate_size"] = scale.ffn or spec.expert_ffn
         data.update(num_experts=0, num_experts_per_tok=0, moe_intermediate_size=None,
