@@ -443,15 +443,18 @@ def fit_stacks(runs: Sequence[MeasuredRun], predictor: Predictor, log: Any = pri
             })
     for name, preset in fitted.items():
         for source in preset.provenance.fitted_on:
-            if (name, source) not in without:  # the stack's only source: start from the others
-                without[(name, source)] = population_preset(preset, fitted.values(), source)
+            if (name, source) not in without:  # the stack's only source: no runs left, and
+                # the product gives a preset without runs stock factors (planner.stacks)
+                without[(name, source)] = preset.model_copy(
+                    update={"factors": StackFactors(), "gpu_factors": {}})
     return pd.DataFrame(rows), fitted, without
 
 
 def population_preset(preset: Any, fitted: Any, source: str) -> Any:
     """`preset` with the factors of the typical stack: the geometric-mean GEMM scale and the mean
     layer-pass overhead of the presets not fitted on `source` (empirical Bayes: what is known of
-    a stack before any of its runs, the centre of the prior whose width is their spread)."""
+    a stack before any of its runs). Not what the product uses for a preset without runs (stock
+    factors): kept to compare the two (unfitted_prior_table, sweep_prior_check)."""
     from planner.stacks import StackFactors
 
     others = [p for p in fitted if source not in p.provenance.fitted_on]
@@ -537,9 +540,9 @@ def few_shot(runs: Sequence[MeasuredRun], predictor: Predictor, k: int,
              log: Any = print) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The few-shot protocol: every (source, stack, GPU) group with at least k + 2 timed runs is
     calibrated (planner.calibrate.fewshot) on its k runs with the fewest GPUs, starting from the
-    stack's preset fitted without that source (for a stack with one source: the other stacks'
-    mean factors, population_preset), with prior widths from the presets fitted without it; the
-    other runs are predicted. Returns one row per predicted run and a summary
+    stack's preset fitted without that source (for a stack with one source: stock factors, as
+    the product gives a preset without runs), with prior widths from the presets fitted
+    without it; the other runs are predicted. Returns one row per predicted run and a summary
     per group."""
     from planner.calibrate.fewshot import FewShotPrior, few_shot_fit
     from planner.calibrate.stackfit import predict_with
@@ -711,11 +714,13 @@ def leave_one_source_out(runs: Sequence[MeasuredRun], predictor: Predictor,
     """The headline accuracy: each source predicted by a model that never saw it. For every
     source S: the stock profiles refitted (from their measured values, unfitted_profiles) on the
     tuning sources other than S, the stack presets refitted (fit_stack_by_class) on the other
-    sources' runs of each stack on those profiles (a stack whose runs are all S's takes the
-    other stacks' mean factors, population_preset); then S's timed runs are predicted three
-    ways: stock (the stack's recipe, stock factors), stack named (its preset without S), and
-    the flat 50%-of-peak model. Layouts of rows that leave knobs open are the search's on the
-    committed profiles (one search per row; the open knobs barely move with the fit).
+    sources' runs of each stack on those profiles; then S's timed runs are predicted three
+    ways: stock (the stack's recipe, stock factors), stack named (its preset without S: for a
+    stack whose runs are all S's, a preset without runs, which the product gives stock factors,
+    so named = stock; the typical stack's factors, population_preset, are kept in the
+    `population` column of those rows), and the flat 50%-of-peak model. Layouts of rows that
+    leave knobs open are the search's on the committed profiles (one search per row; the open
+    knobs barely move with the fit).
     `stock_from`: "tuned" fits the stock on TUNE_SOURCES (less S); "all" on every other source,
     each source weighing alike (calibrate(per_source=True)): the middle of the software seen."""
     from planner.calibrate.fit import predict_step_times
@@ -761,21 +766,74 @@ def leave_one_source_out(runs: Sequence[MeasuredRun], predictor: Predictor,
             rs, ls = [r for r, _ in rows], [x for _, x in rows]
             meas = np.array([r.measured_step_time_s for r in rs])
             preset = presets.get(stack)
-            if preset is None:  # no other source of this stack: the typical stack (all of
-                # `presets` were fitted without `held`, so none is excluded: source "")
-                preset = population_preset(resolve_stack(stack), presets.values(), "")
             stock_pred = np.empty(len(rs))
             for i, (r, lay) in enumerate(rows):
                 stock_pred[i] = predict_step_times(r.cluster.gpu, [r], [lay])[0]
-            named = predict_with(preset, rs, ls)
+            # no other source of this stack: its preset has no runs, and the product gives such a
+            # preset stock factors (planner.stacks), so named = stock; the typical stack's factors
+            # (population_preset, the prior centre) are kept beside it for comparison
+            population = np.full(len(rs), np.nan)
+            if preset is None:
+                named = stock_pred
+                population = predict_with(population_preset(
+                    resolve_stack(stack), presets.values(), ""), rs, ls)
+            else:
+                named = predict_with(preset, rs, ls)
             flat = np.array([flat_baseline(r) for r in rs])
             for i, r in enumerate(rs):
                 out.append({"source": held, "stack": stack, "gpu": r.cluster.gpu.name,
                             "run": r.run_id, "stock": stock_pred[i] / meas[i] - 1,
-                            "named": named[i] / meas[i] - 1, "flat50": flat[i] / meas[i] - 1})
+                            "named": named[i] / meas[i] - 1, "flat50": flat[i] / meas[i] - 1,
+                            "population": population[i] / meas[i] - 1})
         log(f"left out {held}: profiles fitted on {', '.join(tune) or 'nothing'}; "
             f"{len(target)} runs predicted ({time.perf_counter() - t0:.0f}s)")
     return pd.DataFrame(out)
+
+
+def unfitted_prior_table(per_run: pd.DataFrame) -> pd.DataFrame:
+    """The rows of stacks with a single source (left out, their preset has no runs): per source,
+    median / p90 absolute and signed median error with stock factors (what the product gives a
+    preset without runs, the `named` column there) and with the typical stack's factors
+    (population_preset)."""
+    one = per_run[per_run["population"].notna()] if "population" in per_run else per_run[:0]
+    rows = []
+    for key, g in [*one.groupby("source"), ("ALL", one)] if len(one) else []:
+        row: dict[str, Any] = {"source": key, "runs": len(g)}
+        for col in ("stock", "population"):
+            row[f"{col}_median"] = g[col].abs().median()
+            row[f"{col}_p90"] = g[col].abs().quantile(0.9)
+            row[f"{col}_signed"] = g[col].median()
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def sweep_prior_check(healthy_intra_gbs: float = 435.0) -> pd.DataFrame:
+    """The same question on data no preset was fitted on: the nanotron sweep
+    (planner/data/sweeps, the nanotron preset has no runs) predicted with stock factors and with
+    the typical stack's (population_preset of the fitted presets), all runs and the runs whose
+    logged intra-node all-reduce is in the high mode (benchmarks/nanotron_floor.py: >= 435 GB/s).
+    One row per (factors, runs): median / p90 absolute and signed median error."""
+    from ranking import SWEEPS_DIR, load_all, logged_intra_busbw
+
+    from planner.costmodel import estimate_many
+    from planner.stacks import builtin_stacks, resolve_stack
+
+    runs, _ = load_all([SWEEPS_DIR / "nanotron_sweep_dev.csv"])
+    runs = [r for r in runs if r.measured_step_time_s and r.layout is not None]
+    fitted = [p for p in builtin_stacks().values() if p.fitted]
+    nano = resolve_stack("nanotron")
+    meas = np.array([r.measured_step_time_s for r in runs])
+    high = np.array([(logged_intra_busbw(r) or 0.0) >= healthy_intra_gbs for r in runs])
+    rows = []
+    for label, preset in (("stock", nano), ("population", population_preset(nano, fitted, ""))):
+        pred = np.array([estimate_many(r.model, preset.cluster_for(r.cluster), r.job,
+                                       [r.layout])[0].step_time_s for r in runs])
+        err = pred / meas - 1
+        for which, m in (("all", np.ones(len(runs), bool)), ("high intra mode", high)):
+            rows.append({"factors": label, "runs": which, "n": int(m.sum()),
+                         "median": np.median(np.abs(err[m])),
+                         "p90": np.quantile(np.abs(err[m]), 0.9), "signed": np.median(err[m])})
+    return pd.DataFrame(rows)
 
 
 def loso_table(per_run: pd.DataFrame) -> pd.DataFrame:
@@ -952,6 +1010,14 @@ def main(argv: list[str] | None = None) -> int:
         title = ("leave one source out (headline): stock profiles and stack presets refitted "
                  "without the source; stock / stack named / flat 50% of peak, same rows")
         text = _pct_table(table).to_string(index=False)
+        print(f"\n== {title} ==\n{text}")
+        md += [f"### {title}", "", "```", text, "```", ""]
+        one = unfitted_prior_table(per_run)
+        sweep = sweep_prior_check()
+        title = ("stacks with one source, left out: stock factors (the product's preset "
+                 "without runs) / the typical stack's (population_preset)")
+        text = (_pct_table(one).to_string(index=False) + "\nthe nanotron sweep (no preset "
+                "fitted on it):\n" + _pct_table(sweep).to_string(index=False))
         print(f"\n== {title} ==\n{text}")
         md += [f"### {title}", "", "```", text, "```", ""]
         if ns.rows:
