@@ -71,7 +71,7 @@ from planner.layout import Layout
 from planner.measured.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table
 from planner.plan import Plan
 from planner.registry import load_gpu
-from planner.search.bands import order_ties
+from planner.search.bands import adverse_cluster, order_ties
 from planner.specs import GpuProfile
 
 SWEEPS_DIR = PUBLISHED_RUNS_CSV.parent / "sweeps"
@@ -173,8 +173,14 @@ def rank_plans(group: Group, gpu: GpuProfile) -> list[Plan]:
     order = sorted(range(len(ests)), key=lambda i: (not ests[i].fits, ests[i].step_time_s,
                                                     ests[i].peak_mem_gb, i))
     plans = [Plan(group.layouts[i], ests[i], rank) for rank, i in enumerate(order, 1)]
-    # the tie with the fastest first, most robust first (planner.search.ties, as solve does)
-    return order_ties(plans) if ORDER_TIES else plans
+    if not ORDER_TIES:
+        return plans
+    # the tie with the fastest first, most robust first (planner.search.ties, as solve does:
+    # the robustness score reads each layout costed on the adverse fabric, bands.adverse_cluster)
+    worse = adverse_cluster(cluster)
+    adverse = None if worse is cluster else estimate_many(run.model, worse, run.job,
+                                                           [p.layout for p in plans])
+    return order_ties(plans, adverse)
 
 
 def pair_counts(predicted: np.ndarray, measured: np.ndarray,

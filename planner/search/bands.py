@@ -9,8 +9,9 @@ with it (ranking_bounds): the model alone cannot rank them.
 
 Within a tie the planner prefers the plan least sensitive to what the model is least sure of:
 the robustness score is the ranking band's high end plus the exposed communication and
-pipeline-bubble terms once more (robust_step_time_s), then lower memory. numpy only: `solve`
-uses it.
+pipeline-bubble terms once more (robust_step_time), costed on the adverse fabric measured on a
+real cluster (adverse_cluster: ring collectives that slow with the nodes they span), then lower
+memory. numpy only: `solve` uses it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,31 @@ UNCERTAIN_TERMS: tuple[str, ...] = (
 # of 2, the middle of the 0.7-3.4 the diagnosis measured on the terms with a visible share).
 UNCERTAIN_TERM_FACTOR = 1.0
 
+# The fabric a tie is ordered on (robust_step_time's `adverse` columns): ring all-gathers and
+# reduce-scatters (and the ring all-reduce) across k > 2 nodes at busbw / (1 + x (k - 2)),
+# LinkProfile.ring_slowdown_per_domain. x = 0.045 per node is what the one multi-node cluster
+# whose collectives were logged at 2-64 nodes measured: the nanotron sweep's healthy
+# allocations (planner/data/sweeps/nanotron_sweep_dev.csv; `python benchmarks/dp_scale.py`
+# fits it on the logged all-gather / reduce-scatter busbw at 8-32 nodes and checks 2 and 64
+# nodes: +3.6%, +5.7%; no step time is fitted). The stock profiles assume none (nccl-tests
+# curves at 2 nodes). A user cannot know which fabric a job lands on, so among plans the model
+# cannot tell apart the one that stays fast on the measured fabric goes first; the predicted
+# step time and the tie itself stay the stock profile's.
+ADVERSE_RING_SLOWDOWN = 0.045
+
+
+def adverse_cluster(cluster: Any) -> Any:
+    """`cluster` (a ClusterSpec) on the adverse fabric: its GPU profile's inter-node link with
+    ring_slowdown_per_domain = ADVERSE_RING_SLOWDOWN. The same object when nothing would change:
+    the profile states its own slowdown (its fabric is measured), or no ring can span more than
+    2 scale-up domains."""
+    gpu = cluster.gpu
+    link = gpu.inter_node
+    if link.ring_slowdown_per_domain is not None or cluster.num_gpus <= 2 * cluster.domain_gpus:
+        return cluster
+    link = link.model_copy(update={"ring_slowdown_per_domain": ADVERSE_RING_SLOWDOWN})
+    return cluster.model_copy(update={"gpu": gpu.model_copy(update={"inter_node": link})})
+
 
 def ranking_bounds(columns: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) of the ranking band of each row, seconds: step_time_s x (1 -+ ranking_band);
@@ -47,10 +73,13 @@ def ranking_bounds(columns: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
             np.asarray(columns.get("step_time_high_s", step), dtype=float))
 
 
-def robust_step_time(columns: Mapping[str, Any]) -> np.ndarray:
+def robust_step_time(columns: Mapping[str, Any],
+                     adverse: Mapping[str, Any] | None = None) -> np.ndarray:
     """Robustness score of each row of cost columns, seconds (lower is more robust): the ranking
     band's high end (ranking_bounds) plus UNCERTAIN_TERM_FACTOR times the exposed communication
-    and bubble terms. Columns a cost function lacks count as 0."""
+    and bubble terms, all read from `adverse` (the same rows costed on adverse_cluster) when
+    given, else from `columns`. Columns a cost function lacks count as 0."""
+    columns = columns if adverse is None else adverse
     step = np.asarray(columns["step_time_s"], dtype=float)
     high = ranking_bounds(columns)[1]
     uncertain = np.zeros_like(step)
@@ -86,12 +115,13 @@ def plans_indistinguishable(plans: Sequence[Any]) -> int:
     return int(overlaps_best(low, high, 0).sum())
 
 
-def order_ties(plans: Sequence[Any]) -> list[Any]:
+def order_ties(plans: Sequence[Any], adverse: Sequence[Any] | None = None) -> list[Any]:
     """A list of plans (fitting first, by step time) in `solve`'s final order, for rankings
     built outside the search (benchmarks/ranking.py): the fitting plans whose band overlaps the
     fastest fitting plan's come first (those within the memory band of the capacity last), by
     robustness score then peak memory (ties by the ranking band, ranking_bounds), flagged
-    tied_with_best; the others keep their order. Ranks are renumbered from 1."""
+    tied_with_best; the others keep their order. Ranks are renumbered from 1. `adverse`: each
+    plan's Estimate on adverse_cluster (as the search scores its tie); None: the plans' own."""
     from dataclasses import replace
 
     plans = list(plans)
@@ -103,7 +133,13 @@ def order_ties(plans: Sequence[Any]) -> list[Any]:
     cols.update(estimate_columns(ests))
     best = int(np.argmin(cols["step_time_s"]))
     tied = overlaps_best(*ranking_bounds(cols), best)
-    score = robust_step_time(cols)
+    adverse_cols = None
+    if adverse is not None:
+        worse = [adverse[i] for i in fitting]
+        adverse_cols = {c: np.array([float(getattr(e, c, 0.0)) for e in worse])
+                        for c in UNCERTAIN_TERMS}
+        adverse_cols.update(estimate_columns(worse))
+    score = robust_step_time(cols, adverse_cols)
     from planner.costmodel.memory import near_capacity
 
     tight = near_capacity([e.peak_mem_gb for e in ests], [e.mem_capacity_gb for e in ests])

@@ -344,6 +344,9 @@ class Space:
     crossing: np.ndarray = field(init=False)
     # the crossing column of a space with the same (tp, cp, dp, pp) rows (stages._with_splits)
     crossing_given: np.ndarray | None = field(default=None, repr=False)
+    # the cost function the columns came from (None: costmodel.estimate_batch); the tie's
+    # robustness order costs its rows again with it (planner.search.ties.adverse_columns)
+    batch_cost: BatchCost | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         n = len(self)
@@ -452,7 +455,7 @@ def evaluate(
         parts = [batch_cost(model, cluster, job, {k: v[i:i + EVAL_CHUNK] for k, v in knobs.items()})
                  for i in range(0, n, EVAL_CHUNK)]
         columns = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
-    return Space(model, cluster, job, knobs, columns)
+    return Space(model, cluster, job, knobs, columns, batch_cost=None if chunked else batch_cost)
 
 
 @dataclass(frozen=True)

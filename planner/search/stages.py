@@ -595,7 +595,8 @@ def _with_splits(space: Space, found: Mapping[int, tuple[int, ...]],
         col[take] = np.asarray(trial[name])[better]
         columns[name] = col
     return Space(space.model, space.cluster, space.job, all_knobs, columns,
-                 crossing_given=space.crossing)  # the same degrees row by row
+                 crossing_given=space.crossing,  # the same degrees row by row
+                 batch_cost=space.batch_cost)
 
 
 def _minmax_block(start: np.ndarray, cost: np.ndarray, allowed: np.ndarray, layers: int

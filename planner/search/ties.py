@@ -4,8 +4,9 @@ The fastest eligible layout (by the objective of planner.search.problem: step ti
 crossing groups) defines the tie: every eligible layout whose ranking band (the error between
 layouts of one job, planner.search.bands.ranking_bounds) overlaps its band is tied with it. Tied
 layouts are ranked first, by the robustness score (bands.robust_step_time: the ranking band's high
-end plus the terms the model is least sure of; a plan within the memory band of the capacity after
-those with headroom), then lower memory, then fewer groups crossing nodes (robust_keys); the others
+end plus the terms the model is least sure of, the tied rows costed again on the adverse fabric,
+bands.adverse_cluster; a plan within the memory band of the capacity after those with
+headroom), then lower memory, then fewer groups crossing nodes (robust_keys); the others
 follow in the objective's order. The CP-SAT search (planner.search.search) and the exhaustive
 oracle (planner.search.exhaustive.exhaustive_ranking) both rank through these functions.
 """
@@ -17,8 +18,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from planner.costmodel.memory import near_capacity
-from planner.search.bands import overlaps_best, ranking_bounds, robust_step_time
-from planner.search.problem import OBJECTIVE_SUM_LIMIT, Space, scale_time
+from planner.search.bands import (
+    UNCERTAIN_TERMS,
+    adverse_cluster,
+    overlaps_best,
+    ranking_bounds,
+    robust_step_time,
+)
+from planner.search.problem import OBJECTIVE_SUM_LIMIT, Space, evaluate, scale_time
 
 
 def _band_columns(space: Space) -> dict[str, np.ndarray]:
@@ -43,13 +50,37 @@ def tie_group(space: Space, eligible: np.ndarray, best: int) -> np.ndarray:
     return np.asarray(eligible, dtype=bool) & overlaps_best(low, high, best)
 
 
+def adverse_columns(space: Space, rows: np.ndarray) -> dict[str, np.ndarray] | None:
+    """The band and uncertain-term columns of every row, the `rows` costed again on
+    bands.adverse_cluster by the space's own cost function (the others keep the space's
+    columns); None when the adverse fabric changes nothing for this cluster."""
+    rows = np.asarray(rows, dtype=bool)
+    cluster = adverse_cluster(space.cluster)
+    if cluster is space.cluster or not rows.any():
+        return None
+    idx = np.flatnonzero(rows)
+    knobs = {k: np.asarray(v)[idx] for k, v in space.knobs.items()}
+    worse = evaluate(space.model, cluster, space.job, knobs, space.batch_cost).columns
+    out = {}
+    for name, col in _band_columns(space).items():
+        if name in worse and (name in UNCERTAIN_TERMS or name in (
+                "step_time_s", "step_time_low_s", "step_time_high_s", "ranking_band")):
+            col = np.array(col, dtype=float, copy=True)
+            col[idx] = np.asarray(worse[name], dtype=float)
+            out[name] = col
+        elif name == "ranking_band":
+            out[name] = col
+    return out
+
+
 def robust_keys(space: Space, rows: np.ndarray) -> np.ndarray:
     """Integer order key of each row (int64, lower first): first whether the peak is within the
     memory band of the usable capacity (memory.near_capacity: such a plan "may not fit", so it
     comes after every tied plan with headroom), then the robustness score in the space's time
     unit (coarsened by tens while the rows' sum could leave int64, as the space's own keys),
     then memory, then crossing groups; the same weights as Space.keys."""
-    robust = robust_step_time(_band_columns(space))  # from the ranking band's high end
+    # from the ranking band's high end, the rows costed on the adverse fabric
+    robust = robust_step_time(_band_columns(space), adverse_columns(space, rows))
     wt, wm = space.objective_weights
     mem = np.minimum(space.mem_units, space.cap_units + 1)
     unit = space.time_unit_s

@@ -115,3 +115,106 @@ def test_order_ties_on_plans_agrees_with_the_search() -> None:
     assert [p.layout for p in ordered[:5]] == [p.layout for p in searched]
     assert sum(p.tied_with_best for p in ordered) == result.tied_total
     assert [p.rank for p in ordered[:3]] == [1, 2, 3]
+
+
+def test_adverse_cluster_by_hand() -> None:
+    """bands.adverse_cluster: the stock H100 profile (no ring slowdown of its own) on 32 nodes
+    gets x = ADVERSE_RING_SLOWDOWN; a DP ring of one rank per node over 16 nodes then runs at
+    busbw / (1 + 0.045 x 14) = busbw / 1.63. Nothing changes on 2 nodes (no ring spans more
+    than 2) or where the profile states its own slowdown (a measured fabric)."""
+    from planner.costmodel.comm import Group
+    from planner.search.bands import ADVERSE_RING_SLOWDOWN, adverse_cluster
+
+    assert ADVERSE_RING_SLOWDOWN == 0.045
+    cluster = parse_cluster("256xH100")
+    assert cluster.gpu.inter_node.ring_slowdown_per_domain is None
+    worse = adverse_cluster(cluster)
+    assert worse.gpu.inter_node.ring_slowdown_per_domain == 0.045
+    assert worse.gpu.intra_node == cluster.gpu.intra_node  # only the scale-out tier changes
+    ring = Group(worse, np.array([16.0]), 8)  # dp 16 across tp 8: one rank per node
+    assert ring.ring_slowdown[0] == pytest.approx(1.63)
+    assert Group(cluster, np.array([16.0]), 8).ring_slowdown[0] == 1.0
+    two = parse_cluster("16xH100")
+    assert adverse_cluster(two) is two
+    link = cluster.gpu.inter_node.model_copy(update={"ring_slowdown_per_domain": 0.01})
+    measured = cluster.model_copy(update={"gpu": cluster.gpu.model_copy(
+        update={"inter_node": link})})
+    assert adverse_cluster(measured) is measured
+
+
+def test_adverse_slowdown_is_the_sweeps_logged_fit() -> None:
+    """ADVERSE_RING_SLOWDOWN is what benchmarks/dp_scale.py fits on the nanotron sweep's
+    logged all-gather / reduce-scatter busbw (8-32 nodes; no step time), to its 3 decimals."""
+    from bench_fixtures import load_bench
+
+    from planner.search.bands import ADVERSE_RING_SLOWDOWN
+
+    dp_scale = load_bench("dp_scale")
+    _, slow, _ = dp_scale.fit_network(dp_scale.logged())
+    assert slow == pytest.approx(ADVERSE_RING_SLOWDOWN, abs=5e-4)
+
+
+def test_the_tie_is_ordered_on_the_adverse_fabric() -> None:
+    """Llama 3 8B on 256 H100 (32 nodes), global batch 256: the first plan is the tie's argmin
+    of the robustness score computed by hand on the rows costed again with the stock profile's
+    inter-node link given ring_slowdown_per_domain 0.045 (built here, not by adverse_cluster):
+    step x (1 + ranking band) + TP, CP, EP, PP, bubble and exposed DP seconds. With the score
+    on the stock columns (the old order) the first plan was tp1-pp1-dp256-mbs1-z2 (ZeRO-2 rings
+    over 32 nodes); the adverse fabric moves it. The exhaustive oracle ranks the same."""
+    from planner.search.bands import UNCERTAIN_TERMS
+    from planner.search.exhaustive import exhaustive_ranking, exhaustive_space
+    from planner.search.problem import evaluate
+
+    model, cluster = load_model("llama3-8b"), parse_cluster("256xH100")
+    job = JobSpec(seq_len=4096, global_batch=256)
+    result = search(model, cluster, job, {}, 5, even_stages=True)
+    space = result.space
+    tie = np.flatnonzero(space.fits & (np.asarray(space.columns["step_time_s"]) * (
+        1 - cluster.gpu.ranking_band) <= space.columns["step_time_s"][result.fastest] * (
+        1 + cluster.gpu.ranking_band)))
+    assert result.tied_total == len(tie) > 100
+    link = cluster.gpu.inter_node.model_copy(update={"ring_slowdown_per_domain": 0.045})
+    slow = cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update={"inter_node": link})})
+    worse = evaluate(model, slow, job, {k: np.asarray(v)[tie] for k, v in space.knobs.items()})
+    w = worse.columns
+    score = np.asarray(w["step_time_s"]) * (1 + cluster.gpu.ranking_band) + sum(
+        np.asarray(w[t]) for t in UNCERTAIN_TERMS)
+    first = result.indices[0]
+    assert first == tie[int(np.argmin(score))]
+    stock = dict(space.columns)
+    old = np.asarray(stock["step_time_s"])[tie] * (1 + cluster.gpu.ranking_band) + sum(
+        np.asarray(stock[t])[tie] for t in UNCERTAIN_TERMS)
+    assert str(space.layout(tie[int(np.argmin(old))])) == "tp1-pp1-dp256-mbs1-z2-none"
+    assert str(space.layout(first)) != "tp1-pp1-dp256-mbs1-z2-none"
+    # the predicted step times and the tie are the stock profile's
+    assert space.columns["step_time_s"][first] < worse.columns["step_time_s"][
+        int(np.flatnonzero(tie == first)[0])] + 1e-12
+    oracle = exhaustive_space(model, cluster, job, {})
+    indices, tied = exhaustive_ranking(oracle, {}, 5)
+    assert [str(oracle.layout(i)) for i in indices] == [str(space.layout(i))
+                                                         for i in result.indices]
+    assert tied == result.tied
+
+
+def test_order_ties_with_the_adverse_estimates_agrees_with_the_search() -> None:
+    """On 32 nodes (where the adverse fabric moves the first plan, test above) bands.order_ties
+    given each plan's estimate on adverse_cluster orders the tie as the search's second CP-SAT
+    selection does."""
+    from planner.costmodel import Estimate, estimate_many
+    from planner.plan import Plan
+    from planner.search import with_stage_layers
+    from planner.search.bands import adverse_cluster, order_ties
+
+    model, cluster = load_model("llama3-8b"), parse_cluster("256xH100")
+    job = JobSpec(seq_len=4096, global_batch=256)
+    result = search(model, cluster, job, {}, 5, even_stages=True)
+    space = result.space
+    layers = model.num_hidden_layers
+    plans = [Plan(with_stage_layers(space.layout(i), layers), Estimate.from_batch(space.columns, i))
+             for i in np.flatnonzero(space.fits)]
+    plans.sort(key=lambda p: (p.estimate.step_time_s, p.estimate.peak_mem_gb))
+    worse = estimate_many(model, adverse_cluster(cluster), job, [p.layout for p in plans])
+    ordered = order_ties(plans, worse)
+    assert [p.layout for p in ordered[:5]] == [p.layout for p in result.plans()]
+    assert sum(p.tied_with_best for p in ordered) == result.tied_total
+    assert [p.layout for p in order_ties(plans)[:1]] != [p.layout for p in ordered[:1]]
