@@ -393,14 +393,15 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
     if not len(space) or (not uniform and pipeline.dense_prefix(model) is None):
         return space, 0
     k = space.knobs
-    mask = space.pin_mask(pins) & (k["pp"] > 1)
+    pinned = space.pin_mask(pins)
+    mask = pinned & (k["pp"] > 1)
     if "stage_layers" in k:
         mask &= np.array([not s for s in k["stage_layers"]], dtype=bool)
     rows = np.flatnonzero(mask)
     if not len(rows):
         return space, 0
     step = np.asarray(space.columns["step_time_s"])
-    eligible = space.pin_mask(pins) & space.fits
+    eligible = pinned & space.fits
     kth = np.inf
     if eligible.sum() >= top_k:
         kth = float(np.partition(step[eligible], top_k - 1)[top_k - 1])
@@ -424,7 +425,6 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
     order = np.argsort(bound, kind="stable")
     cand, bound = cand[order], bound[order]
     current, current_fits = step.copy(), space.fits.copy()
-    pinned = space.pin_mask(pins)
     best_k = _KthBest(current, pinned & current_fits, top_k)
     found: dict[int, tuple[int, ...]] = {}
     solved: dict[bytes, Split] = {}  # layouts that differ in knobs the split ignores
