@@ -1,7 +1,7 @@
 """Memory as users read it (issue 19 section 4): the caching allocator's reserve fitted on one
 source, device memory (what nvidia-smi shows) checked on others.
 
-    python benchmarks/memory.py [--sweep PATH]
+    python benchmarks/memory.py [--sweep PATH] [--rows]   # --rows: every checked run's terms
 
 1. Fit: the nanotron sweep logs torch.cuda.max_memory_reserved() ("Mem Res (GB)" in `notes`).
    The reserve per GiB of predicted activations, (reserved - predicted peak) / predicted
@@ -22,13 +22,19 @@ from pathlib import Path
 import pandas as pd
 
 from planner.costmodel import estimate_batch, layout_violations
-from planner.costmodel.memory import MEM_REL_ERROR, RESERVE_PER_ACTIVATION_GIB
+from planner.costmodel.memory import (
+    CUDA_CONTEXT_GIB,
+    MEM_REL_ERROR,
+    RESERVE_PER_ACTIVATION_GIB,
+    nccl_communicator_gib,
+)
 from planner.errors import PlannerError
 from planner.measured.runs import PUBLISHED_RUNS_CSV, load_table
 from planner.stacks import resolve_stack
 
 SWEEPS = [PUBLISHED_RUNS_CSV.parent / "sweeps" / "nanotron_sweep_dev.csv"]  # the project's copy
 DEVICE_SOURCES = ("bloom_prequel", "dlperf_megatron_v100")  # peak_mem_gb read by nvidia-smi
+TERMS = ("mem_weights_gb", "mem_grads_gb", "mem_optimizer_gb", "mem_other_gb")  # breakdown
 RESERVED = re.compile(r"'Mem Res \(GB\)'=(\d+(?:\.\d+)?)")
 
 
@@ -42,8 +48,12 @@ def _predicted(path: Path, keep: pd.DataFrame) -> pd.DataFrame:
             continue
         c = estimate_batch(run.model, run.cluster, run.job, [layout])
         rows.append({"run": run.run_id, "source": run.source_id, "oom": run.oom,
+                     "gpu": run.cluster.gpu.name, "stack": run.stack, "layout": str(layout),
+                     "context_nccl_gb": CUDA_CONTEXT_GIB + float(nccl_communicator_gib(
+                         layout.tp, layout.pp, layout.dp, layout.cp, layout.ep)),
                      **{k: float(c[k][0]) for k in ("peak_mem_gb", "mem_activations_gb",
-                                                     "device_mem_gb", "mem_capacity_gb")}})
+                                                     "device_mem_gb", "mem_capacity_gb",
+                                                     *TERMS)}})
     frame = pd.DataFrame(rows)
     return frame.merge(keep, on="run")
 
@@ -76,9 +86,20 @@ def fit_reserve(frame: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def device_check(path: Path = PUBLISHED_RUNS_CSV) -> pd.DataFrame:
-    """device_mem_gb against the nvidia-smi readings, per source: median |error|, signed, p90;
-    and runs that ran but are refused (beyond the memory band)."""
+def device_rows(path: Path = PUBLISHED_RUNS_CSV) -> pd.DataFrame:
+    """Every checked run (nvidia-smi reading, ran): measured and predicted device GiB, its error,
+    and the terms of the estimate (GiB): weights, grads, optimizer, activations, other (buffers
+    and the old software's extra CUDA context), the allocator's reserve, the lazy CUDA context and
+    NCCL communicators (device_mem_gb is their sum, capped at the HBM)."""
+    frame = _checked(path)
+    frame["reserve_gb"] = RESERVE_PER_ACTIVATION_GIB * frame["mem_activations_gb"]
+    cols = ["source", "gpu", "stack", "run", "layout", "measured_gib", "device_mem_gb", "err",
+            "peak_mem_gb", *TERMS[:3], "mem_activations_gb", TERMS[3], "reserve_gb",
+            "context_nccl_gb"]
+    return frame.sort_values(["source", "gpu", "stack", "run"])[cols]
+
+
+def _checked(path: Path) -> pd.DataFrame:
     table = pd.read_csv(path)
     keep = pd.DataFrame({"run": table["source_id"] + ":" + table["row_id"].astype(str),
                          "measured_gib": table["peak_mem_gb"]})
@@ -88,6 +109,13 @@ def device_check(path: Path = PUBLISHED_RUNS_CSV) -> pd.DataFrame:
     frame["err"] = frame["device_mem_gb"] / frame["measured_gib"] - 1
     frame["old_err"] = frame["peak_mem_gb"] / frame["measured_gib"] - 1
     frame["refused"] = frame["peak_mem_gb"] * (1 - MEM_REL_ERROR) > frame["mem_capacity_gb"]
+    return frame
+
+
+def device_check(path: Path = PUBLISHED_RUNS_CSV) -> pd.DataFrame:
+    """device_mem_gb against the nvidia-smi readings, per source: median |error|, signed, p90;
+    and runs that ran but are refused (beyond the memory band)."""
+    frame = _checked(path)
     out = []
     for name, g in [*frame.groupby("source"), ("ALL", frame)]:
         out.append({"source": name, "runs": len(g),
@@ -102,6 +130,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", type=Path, default=next((p for p in SWEEPS if p.exists()),
                                                            None))
+    parser.add_argument("--rows", action="store_true",
+                        help="also print every checked run's terms, by source, GPU and stack")
     ns = parser.parse_args()
     if ns.sweep is not None:
         fit = fit_reserve(sweep_frame(ns.sweep))
@@ -111,6 +141,8 @@ def main() -> None:
             if k != "all":
                 print(f"  {k}: {v:.3f}")
     pd.set_option("display.width", 200)
+    if ns.rows:
+        print(device_rows().to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     print(device_check().to_string(index=False, float_format=lambda x: f"{x:.3f}"))
 
 

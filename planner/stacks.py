@@ -51,7 +51,7 @@ class StackRecipe(BaseModel):
         default=None, description="TP/SP collectives overlap their GEMMs.")
     p2p_overlap: bool | None = Field(
         default=None, description="Interleaved 1F1B overlaps its pipeline sends.")
-    software: Literal["current", "deepspeed-2022"] | None = Field(
+    software: Literal["current", "deepspeed-2022", "megatron-2021"] | None = Field(
         default=None, description="Runtime memory recipe (JobSpec.software).")
 
     def job_fields(self) -> dict[str, Any]:

@@ -285,8 +285,9 @@ def _stage_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs
     st = {k: np.concatenate([v, np.full((v.shape[0], 1), whole.get(k, 0), dtype=float)],
                             axis=1) for k, v in st.items()}
     keys, flash, prec = s / x.cp, kind != "unfused", job.precision
-    layer_d = memory.layer_activation(model, False, precision=prec)
-    layer_m = memory.layer_activation(model, True, precision=prec) if model.is_moe else layer_d
+    layer_d = memory.layer_activation(model, False, precision=prec, software=job.software)
+    layer_m = (memory.layer_activation(model, True, precision=prec, software=job.software)
+               if model.is_moe else layer_d)
     full_d = memory.full_layer_activation_per_token(layer_d, x.tp, x.sp, keys, flash)
     full_m = (memory.full_layer_activation_per_token(layer_m, x.tp, x.sp, keys, flash)
               if model.is_moe else full_d)
@@ -336,14 +337,15 @@ def _stage_memory(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knob
     del cluster  # one GPU type; the capacity is checked by the assembly
     col = (slice(None), None)
     keys, flash = job.seq_len / x.cp, job.attention != "unfused"
-    state = memory.stage_state(st, x.tp, x.dp, x.cp, x.ep, x.zero, job.grad_dtype, x.etp)
+    state = memory.stage_state(st, x.tp, x.dp, x.cp, x.ep, x.zero, job.grad_dtype, x.etp,
+                               job.software)
     act_d = memory.activation_per_token(t.acts[0], x.tp, x.sp, x.rc, keys, flash)
     act_m = (memory.activation_per_token(t.acts[1], x.tp, x.sp, x.rc, keys, flash)
              + moe.routed_activation_extra(model, job.precision, x.tp, x.etp, x.load, x.rc)
              if model.is_moe else act_d)
     flight = pipeline.in_flight(st["index"], x.pp[col], x.vpp[col], x.m[col])
     act = memory.stage_activation_bytes(model, st, x.tokens, x.tp, x.sp, x.rc, flight,
-                                        (act_d, act_m), t.full)
+                                        (act_d, act_m), t.full, job.software)
     other = memory.stage_other_bytes(model, job.software, job.grad_dtype, st, state, x.tokens,
                                      x.tp, x.pp, x.zero, t.ep_buffer, act)
     return _StageMemory(state, act, other, flight)

@@ -118,10 +118,15 @@ def param_state_arrays(zero, d, grad_dtype: str = "auto"):
     return w, g, o
 
 
-def step_grad_bytes(d, grad_dtype: str = "auto"):
+def step_grad_bytes(d, grad_dtype: str = "auto", zero=1):
     """Bytes per parameter of the fp32 gradient shard a recipe creates at the optimizer step
-    (after the backward, beside the persistent gradients; see GRAD_RECIPES)."""
-    return GRAD_RECIPES[grad_dtype][2] / np.asarray(d, dtype=float)
+    (after the backward, beside the persistent gradients; see GRAD_RECIPES). Sharded over d
+    where the optimizer state is (ZeRO >= 1); at ZeRO 0 the optimizer steps every parameter and
+    casts every gradient (Megatron-Core Float16OptimizerWithFloat16Params
+    _copy_model_grads_to_main_grads: `main_param.grad = model_param.main_grad.float()`)."""
+    d = np.where(OPT_SHARDED_BY_ZERO[np.asarray(zero, dtype=int)], np.asarray(d, dtype=float),
+                 1.0)
+    return GRAD_RECIPES[grad_dtype][2] / d
 
 
 def checkpoint_bytes(model: ModelSpec) -> float:
@@ -129,10 +134,11 @@ def checkpoint_bytes(model: ModelSpec) -> float:
     return CHECKPOINT_BYTES_PER_PARAM * model.num_params
 
 
-def uses_dropout(model: ModelSpec) -> bool:
-    """Whether the model's activations include dropout masks (see DROPOUT)."""
+def uses_dropout(model: ModelSpec, software: str = "current") -> bool:
+    """Whether the model's activations include dropout masks (see DROPOUT): the recipe-wide
+    choice, or the software's defaults (MEGATRON_2021_DROPOUT for "megatron-2021")."""
     del model  # the spec has no dropout field: one recipe-wide choice
-    return DROPOUT
+    return DROPOUT or (software == "megatron-2021" and MEGATRON_2021_DROPOUT)
 
 
 @dataclass(frozen=True)
@@ -161,7 +167,8 @@ class LayerActivation:
 
 
 def layer_activation(
-    model: ModelSpec, moe: bool, dropout: bool | None = None, precision: str = "bf16"
+    model: ModelSpec, moe: bool, dropout: bool | None = None, precision: str = "bf16",
+    software: str = "current",
 ) -> LayerActivation:
     """Activation bytes per token of one layer, derived from the spec (Korthikanti 2022 sec. 4.1
     generalized: GQA shrinks K and V to kv_heads, SwiGLU stores gate and up outputs (2 x ffn)
@@ -175,7 +182,7 @@ def layer_activation(
     the experts. The norm inputs, the FC1 output (for the activation's backward) and flash
     attention's Q, K, V, O stay 16-bit; the out-projection quantizes O into its own 1-byte copy,
     kept beside flash's 16-bit O (one tensor under bf16, where both hold the same O)."""
-    drop = uses_dropout(model) if dropout is None else dropout
+    drop = uses_dropout(model, software) if dropout is None else dropout
     lin = FP8_SAVED_INPUT_BYTES if precision == "fp8" else 2  # bytes of a saved GEMM input
     proj_copy = FP8_SAVED_INPUT_BYTES if precision == "fp8" else 0
     h, a = model.hidden_size, model.num_attention_heads
@@ -267,6 +274,35 @@ DS_REDUCE_BUCKET_ELEMENTS = 5e8
 EAGER_CUDA_CONTEXT_EXTRA_GIB = (1573 - 300) / 1024
 
 
+# ---- JobSpec.software "megatron-2021": Megatron-LM before July 2021 ------------------------------
+# As NVIDIA/Megatron-LM @ 8aa4619f (22 Mar 2021, the commit DLPerf's V100 runs name) runs fp16:
+# - The model's 16-bit .grad beside the fp32 main grads: FP16OptimizerWithFP16Params keeps one
+#   fp32 .grad per fp32 master copy (megatron/optimizer/optimizer.py
+#   _copy_model_grads_to_main_grads: `main_param.grad = torch.empty_like(main_param)` once), and
+#   zero_grad frees the 16-bit grads only ("We only need to zero the model related parameters,
+#   i.e., fp16_groups & fp32_from_fp32_groups"), so during the backward a GPU holds 2 (weights)
+#   + 2 (16-bit grads) + 4 (fp32 grads) + 12 (master, Adam m, v) = 20 B per parameter.
+#   (4fd6432, 9 Jul 2021, "fixed zero_grad for fp32_from_float16_groups", frees them too.)
+MEGATRON_2021_HALF_GRAD_BYTES = 2.0
+# - Local DDP (--DDP-impl local, the default) reduces after the backward, every step and on a DP
+#   group of one as well (training.py train_step: `model.allreduce_params(...)`), by flattening
+#   all 16-bit .grad into one new tensor (megatron/model/distributed.py allreduce_params:
+#   `coalesced = _flatten_dense_tensors(grads)`): 2 B per parameter after the backward.
+MEGATRON_2021_FLAT_GRAD_BYTES = 2.0
+# - Dropout on: --attention-dropout and --hidden-dropout default to 0.1 (megatron/arguments.py
+#   @ 8aa4619) and embedding dropout follows hidden-dropout (language_model.py); DLPerf's
+#   script (Megatron-LM/scripts/mutil_perf_pretrain_gpt_dp_mp_pp.sh) sets DROPOUT_RATE but
+#   passes no dropout flag. Masks count as in Korthikanti's GPT (5as/h, 1-byte masks).
+MEGATRON_2021_DROPOUT = True
+# - Its containers (NGC PyTorch 20.12: CUDA 11.1, PyTorch 1.8) load every kernel at start-up
+#   (CUDA before 11.7): the eager context, EAGER_CUDA_CONTEXT_EXTRA_GIB. A second measurement of
+#   the same generation: 1687 MB with torch 1.8.2+cu111 (`torch.Tensor(1).cuda()`, RTX 3090,
+#   pytorch #55277), 2.3% above BigScience's 1573 MiB.
+# Its process groups beyond the profile's three (the world group of its barriers, the
+# model-parallel group of the found-inf and norm all-reduces) are left out: DLPerf's 1-GPU and
+# 8-GPU data-parallel rows differ by 0.56 GiB (14362 vs 14938 MiB), one communicator's worth.
+
+
 def largest_grad_elements(model: ModelSpec, end_stage):
     """Elements of the largest gradient tensor on a stage, all TP ranks together: the
     vocab-parallel embedding / LM head (V x h) where the stage holds one (`end_stage` true),
@@ -289,10 +325,14 @@ def recipe_buffers(software: str, grad_dtype: str, grad_elements, stage_params):
     """(during_backward, after_backward) transient bytes of the software's gradient recipe on
     one GPU. grad_elements: elements of the GPU's largest gradient tensor; stage_params:
     parameters on the GPU. during_backward coexists with the activations; after_backward (the
-    reduction, the step's overflow check) comes once they are freed. Zero unless software is
-    "deepspeed-2022" (current Megatron-Core reduces its contiguous buffer in place)."""
+    reduction, the step's overflow check) comes once they are freed. "megatron-2021": the flat
+    16-bit copy of local DDP's all-reduce, after. Zero for current software (Megatron-Core
+    reduces its contiguous buffer in place)."""
     grad_elements = np.asarray(grad_elements, dtype=float)
     zero = np.zeros_like(grad_elements)
+    if software == "megatron-2021":  # local DDP's flat copy of the 16-bit grads
+        return zero, MEGATRON_2021_FLAT_GRAD_BYTES * np.broadcast_to(
+            np.asarray(stage_params, dtype=float), grad_elements.shape)
     if software != "deepspeed-2022":
         return zero, zero
     if grad_dtype == "half+fp32":
@@ -321,8 +361,12 @@ def _comm_bytes(ranks):
 def runtime_extra_bytes(software: str, tp, pp, end_stage):
     """Per-GPU runtime memory beyond the GPU profile's reserve, bytes (vectorized over layouts
     and stages): for "deepspeed-2022" the eager CUDA context (EAGER_CUDA_CONTEXT_EXTRA_GIB) and
-    the NCCL communicators of the pipeline engine's extra groups; none for current software."""
+    the NCCL communicators of the pipeline engine's extra groups; for "megatron-2021" the eager
+    context; none for current software."""
     tp, pp, end_stage = (np.asarray(x, dtype=float) for x in (tp, pp, end_stage))
+    if software == "megatron-2021":
+        return np.full(np.broadcast(tp, pp, end_stage).shape,
+                       EAGER_CUDA_CONTEXT_EXTRA_GIB * 2**30)
     if software != "deepspeed-2022":
         return np.zeros(np.broadcast(tp, pp, end_stage).shape)
     tied = np.where((pp > 1) & (end_stage > 0), NCCL_PAIR_COMM_BYTES, 0.0)
@@ -352,10 +396,13 @@ class StageState:
     unit: np.ndarray  # one layer's 16-bit params on one GPU, the FSDP / ZeRO-3 unit, bytes
 
 
-def stage_state(stages, tp, dp, cp, ep, zero, grad_dtype: str = "auto", etp=None) -> StageState:
+def stage_state(stages, tp, dp, cp, ep, zero, grad_dtype: str = "auto", etp=None,
+                software: str = "current") -> StageState:
     """Weights, gradients and optimizer state of each stage's GPU (param_state_arrays on its
     local parameters). Experts are split over ep x etp (etp None: tp) and their state sharded
-    over the expert-DP replicas, tp x cp x dp / (etp x ep) (Megatron-Core's folding)."""
+    over the expert-DP replicas, tp x cp x dp / (etp x ep) (Megatron-Core's folding).
+    "megatron-2021" keeps the 16-bit .grad beside the recipe's gradients
+    (MEGATRON_2021_HALF_GRAD_BYTES)."""
     col, st = _COL, stages
     etp = tp if etp is None else etp
     p_dense = st["p_dense"] / tp[col]
@@ -364,6 +411,8 @@ def stage_state(stages, tp, dp, cp, ep, zero, grad_dtype: str = "auto", etp=None
     d_exp = np.maximum(tp * dp * cp / (ep * etp), 1.0)
     wd, gd, od = param_state_arrays(zero, d_dense, grad_dtype)
     we, ge, oe = param_state_arrays(zero, d_exp, grad_dtype)
+    if software == "megatron-2021":
+        gd, ge = gd + MEGATRON_2021_HALF_GRAD_BYTES, ge + MEGATRON_2021_HALF_GRAD_BYTES
     unit = (st["max_layer_params"] / tp[col] + st["max_layer_experts"] / (ep * etp)[col]) * 2.0
     return StageState(
         p_dense=p_dense, p_expert=p_exp, d_dense=d_dense, d_expert=d_exp,
@@ -375,7 +424,7 @@ def stage_state(stages, tp, dp, cp, ep, zero, grad_dtype: str = "auto", etp=None
 
 
 def stage_activation_bytes(model: ModelSpec, stages, tokens, tp, sp, recompute, flight,
-                           per_token, full_per_token):
+                           per_token, full_per_token, software: str = "current"):
     """Activation bytes of one GPU of each stage at its peak: `flight` micro-batches of its
     layers (per_token = (dense, moe) activation_per_token), the embedding's input ids on the
     first stage, the LM head's input and fp32 logits on the last, and the working set full
@@ -388,16 +437,19 @@ def stage_activation_bytes(model: ModelSpec, stages, tokens, tp, sp, recompute, 
     per_mb_layers = tokens[col] * (st["n_dense"] * act_d[col] + st["n_moe"] * act_m[col])
     rep_div = np.where(sp, tp, 1.0)
     h, voc = model.hidden_size, model.vocab_size
-    emb_extra = tokens * (INPUT_ID_BYTES + (h if uses_dropout(model) else 0) / rep_div)
+    emb_extra = tokens * (INPUT_ID_BYTES + (h if uses_dropout(model, software) else 0) / rep_div)
     head_extra = tokens * (2 * 2 * h / rep_div + LOGIT_BYTES * voc / tp)
     resident = np.select([rc == 2, rc == 3], [1.0, OFFLOAD_RESIDENT_LAYERS], default=0.0)
     working = resident * tokens * np.maximum(full_d, full_m)
-    return (
-        per_mb_layers * flight
-        + st["emb"] * (emb_extra[col] * flight)
-        + (st["head"] + st["mtp"]) * head_extra[col]  # an MTP module's logits as well
-        + np.where(layers > 0, working[col], 0.0)
-    )
+    head = (st["head"] + st["mtp"]) * head_extra[col]  # an MTP module's logits as well
+    rebuilt = np.where(layers > 0, working[col], 0.0)
+    # Full recompute rebuilds a layer inside the backward, and the backward runs the loss and
+    # the LM head first, whose saved logits are freed once their backward node has run (torch
+    # autograd releases saved tensors after use; Megatron mpu/random.py CheckpointFunction.
+    # backward re-runs the layer's forward only when autograd reaches it): the logits and the
+    # rebuilt layer never coexist. Offload keeps its resident layers through the forward.
+    transient = np.where((rc == 2)[col], np.maximum(head, rebuilt), head + rebuilt)
+    return per_mb_layers * flight + st["emb"] * (emb_extra[col] * flight) + transient
 
 
 def stage_other_bytes(model: ModelSpec, software: str, grad_dtype: str, stages, state: StageState,
@@ -420,8 +472,8 @@ def stage_other_bytes(model: ModelSpec, software: str, grad_dtype: str, stages, 
     grad_elems = largest_grad_elements(model, end_stage) / tp[col]
     during, after = recipe_buffers(software, grad_dtype, grad_elems,
                                    state.p_dense + state.p_expert)
-    step_grads = (state.p_dense * step_grad_bytes(state.d_dense, grad_dtype)[col]
-                  + state.p_expert * step_grad_bytes(state.d_expert, grad_dtype)[col])
+    step_grads = (state.p_dense * step_grad_bytes(state.d_dense, grad_dtype, zero)[col]
+                  + state.p_expert * step_grad_bytes(state.d_expert, grad_dtype, zero)[col])
     after = np.maximum(after, step_grads)  # the step's fp32 shard comes after the reduction
     backward_other = coll[col] + zero_units + during
     return np.maximum(backward_other, after - activations) + runtime_extra_bytes(
@@ -444,10 +496,12 @@ CUDA_CONTEXT_GIB = 0.3
 # log_memory @ 0e0a27ea; the reset there makes its "Mem Alloc" the optimizer phase only, so
 # the reserve is fitted against the predicted peak, not that column). The activations are the
 # blocks that come and go each micro-batch in many sizes; the model state is allocated once.
-# Leave one model out: 1.39 (fit without 1.34B), 1.31 (without 8.86B), 1.35 (without 469B).
+# Leave one model out: 0.973 (fit without 1.34B), 0.770 (without 8.86B), 0.890 (without 469B).
+# Re-fitted whenever the predicted peak moves (it was 1.345 before the nanotron preset's fp32
+# gradients and stage split; tests/unit/test_memory_device.py recomputes it).
 # Checked (not fitted) on the published nvidia-smi readings: benchmarks/memory.py,
 # docs/accuracy.md "Device memory".
-RESERVE_PER_ACTIVATION_GIB = 1.35
+RESERVE_PER_ACTIVATION_GIB = 0.889
 
 
 def nccl_communicator_gib(tp, pp, dp, cp, ep):

@@ -287,7 +287,10 @@ def precision_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any
     elif job.grad_dtype == "half+fp32":
         warnings.append("grad_dtype half+fp32 is DeepSpeed's BF16_Optimizer; Megatron keeps fp32 "
                         "main gradients")
-    if job.software != "current":
+    if job.software == "megatron-2021":
+        warnings.append("software megatron-2021: the memory model of Megatron-LM before July "
+                        "2021; this script runs the current Megatron-LM")
+    elif job.software != "current":
         warnings.append(f"software {job.software} is not Megatron-LM")
     return args
 

@@ -145,7 +145,8 @@ def test_recipe_follows_the_framework():
         "attention": "unfused", "grad_dtype": "half+fp32", "grad_overlap": False,
         "p2p_overlap": False, "software": "deepspeed-2022"}
     assert recipe_of("Megatron-LM (commit 8aa4619, 2021)", "") == {
-        "attention": "unfused", "grad_overlap": False, "p2p_overlap": False}
+        "attention": "unfused", "grad_overlap": False, "p2p_overlap": False,
+        "software": "megatron-2021"}
     assert recipe_of("NeMo Megatron 24.11 (Megatron-Core)", "") == {
         "attention": "cudnn", "tp_comm_overlap": True}
     assert recipe_of("Megatron-Bridge / NeMo 26.06 (Megatron-Core)", "") == {
