@@ -213,7 +213,7 @@ def gpu_of_device(device: str) -> GpuProfile | None:
 # NxGPU or NODESxPERNODExGPU; "x", "X", "*" or the multiplication sign separate the counts.
 _CLUSTER_RE = re.compile(r"^\s*(\d+)\s*[xX*\u00d7]\s*(?:(\d+)\s*[xX*\u00d7]\s*)?(\S.*?)\s*$")
 _GPU_NAME_RE = re.compile(r"^[A-Za-z][\w.\-]*$")
-_CLUSTER_KEYS = {"gpu", "num_nodes", "gpus_per_node"}
+_CLUSTER_KEYS = {"gpu", "num_nodes", "gpus_per_node", "nics_per_node"}
 
 
 def _malformed(text: str, why: str = "") -> SpecError:
@@ -360,7 +360,7 @@ def _cluster_from_data(data: dict, path: Path, profile: GpuProfile | None,
     unknown = sorted(set(data) - _CLUSTER_KEYS)
     if unknown:
         raise SpecError(f"{where}: field '{unknown[0]}': not a cluster field "
-                        f"(a cluster YAML has gpu, num_nodes, gpus_per_node)")
+                        f"(a cluster YAML has gpu, num_nodes, gpus_per_node, nics_per_node)")
     if "gpu" not in data:
         raise SpecError(f"{where}: field 'gpu': Field required "
                         "(a GPU name, profile path or mapping)")

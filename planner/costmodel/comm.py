@@ -122,7 +122,7 @@ class Group:
         intra = gpu.intra_node.busbw_bytes_per_s(nbytes, gather)
         if not self.crosses.any():
             return intra * np.ones_like(self.size)
-        nics = self.per_domain * gpu.nics_per_gpu
+        nics = self.per_domain * self.cluster.nics_per_gpu
         inter = gpu.inter_node.busbw_bytes_per_s(np.asarray(nbytes) / self.per_domain) * nics
         return np.where(self.crosses, np.minimum(intra, inter), intra)
 
@@ -184,7 +184,7 @@ def all_to_all_time(group: Group, nbytes, calls=1):
     intra = gpu.intra_node.busbw_bytes_per_s(nbytes)
     local = nbytes * (group.per_domain - 1) / n / intra
     if group.crosses.any():
-        nic = gpu.inter_node.busbw_bytes_per_s(nbytes) * gpu.nics_per_gpu
+        nic = gpu.inter_node.busbw_bytes_per_s(nbytes) * group.cluster.nics_per_gpu
         remote = nbytes * (n - group.per_domain) / n / nic
         t = np.where(group.crosses, np.maximum(local, remote), local)
     else:
@@ -203,7 +203,7 @@ def p2p_time(cluster: ClusterSpec, nbytes, crosses_nodes, calls=1):
     on the NVLink fabric or on one NIC."""
     gpu = cluster.gpu
     intra = plateau_bytes_per_s(gpu.intra_node)
-    inter = plateau_bytes_per_s(gpu.inter_node) * gpu.nics_per_gpu
+    inter = plateau_bytes_per_s(gpu.inter_node) * cluster.nics_per_gpu
     bw = np.where(crosses_nodes, min(intra, inter), intra)
     lat = (
         np.where(

@@ -182,7 +182,7 @@ def deepep_time(group, model: ModelSpec, tokens, tp, ep, etp, load):
     domains = np.maximum(np.asarray(group.domains, dtype=float), 1.0)
     nodes_hit = domains * (1 - miss_probability(e, e / domains, k))
     nvl = DEEPEP_NVLINK_FRACTION * plateau_bytes_per_s(gpu.intra_node)
-    rdma = DEEPEP_RDMA_FRACTION * plateau_bytes_per_s(gpu.inter_node) * gpu.nics_per_gpu
+    rdma = DEEPEP_RDMA_FRACTION * plateau_bytes_per_s(gpu.inter_node) * group.cluster.nics_per_gpu
     local = per_token * ranks_hit / nvl
     remote = np.where(domains > 1, per_token * nodes_hit / rdma, 0.0)
     return np.where(n > 1, np.maximum(local, remote), 0.0)

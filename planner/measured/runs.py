@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +197,19 @@ def device_mismatch(runs: Iterable[MeasuredRun], gpu: GpuProfile) -> str | None:
             if why:
                 return f"{run.run_id} was measured on {why}"
     return None
+
+
+# Networks of the clusters some published sources ran on, where they differ from the node design
+# of the GPU's profile (each with its citation): planner/data/source_clusters.yaml
+SOURCE_CLUSTERS_YAML = Path(__file__).resolve().parents[1] / "data" / "source_clusters.yaml"
+
+
+@lru_cache(maxsize=1)
+def source_clusters() -> dict[str, dict[str, Any]]:
+    """source_id -> what is stated of its cluster (nics_per_node, source)."""
+    import yaml
+
+    return yaml.safe_load(SOURCE_CLUSTERS_YAML.read_text()) or {}
 
 
 def gpu_name_of(gpu_type: str) -> str:
@@ -497,6 +511,9 @@ def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] |
     if not num_gpus:
         raise SpecError("row lacks num_gpus")
     cluster = parse_cluster(f"{num_gpus}x{gpu.name}", profile=gpu)
+    nics = source_clusters().get(str(row.get("source_id", "")), {}).get("nics_per_node")
+    if nics is not None:
+        cluster = cluster.model_copy(update={"nics_per_node": float(nics)})
     seq, gbs = _int(row.get("seq_len"), "seq_len"), _int(row.get("global_batch"), "global_batch")
     if not seq or not gbs:
         raise SpecError("row lacks seq_len or global_batch")

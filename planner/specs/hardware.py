@@ -327,6 +327,11 @@ class ClusterSpec(BaseModel):
     gpus_per_node: count(limits.MAX_GPUS_PER_NODE) = Field(
         description="GPUs per server (may be fewer than the profile's node)."
     )
+    nics_per_node: real(limits.MAX_NICS_PER_GPU * limits.MAX_GPUS_PER_NODE) | None = Field(
+        default=None,
+        description="Scale-out NICs per server (each at the profile's inter_node curve) where "
+        "the cluster differs from the profile's node design; None: gpus_per_node x nics_per_gpu.",
+    )
 
     @model_validator(mode="after")
     def _size(self) -> ClusterSpec:
@@ -338,6 +343,13 @@ class ClusterSpec(BaseModel):
     @property
     def num_gpus(self) -> int:
         return self.num_nodes * self.gpus_per_node
+
+    @property
+    def nics_per_gpu(self) -> float:
+        """Scale-out NICs per GPU: nics_per_node / gpus_per_node, else the profile's."""
+        if self.nics_per_node is None:
+            return self.gpu.nics_per_gpu
+        return self.nics_per_node / self.gpus_per_node
 
     @property
     def domain_gpus(self) -> int:

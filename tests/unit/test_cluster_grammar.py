@@ -101,6 +101,15 @@ def test_cluster_yaml_defaults_gpus_per_node_to_the_profile(tmp_path):
     assert (cluster.num_gpus, cluster.domain_gpus) == (72, 72)
 
 
+def test_cluster_yaml_states_its_nics(tmp_path):
+    """DLPerf's V100 cluster: one 100 Gb/s NIC per 8-GPU node (its README's topology), where the
+    profile's DGX-1 has four: 1/8 NIC per GPU instead of 0.5."""
+    f = _write(tmp_path / "c.yaml", {"gpu": "V100-SXM2-16GB", "num_nodes": 4, "nics_per_node": 1})
+    cluster = parse_cluster(str(f))
+    assert cluster.nics_per_gpu == 1 / 8 and cluster.gpu.nics_per_gpu == 0.5
+    assert parse_cluster("32xV100-SXM2-16GB").nics_per_gpu == 0.5
+
+
 def test_cluster_yaml_with_a_profile_path_relative_to_the_file(tmp_path):
     profile = load_gpu("H100").model_dump()
     profile["name"] = "lab-h100"
@@ -135,6 +144,8 @@ def test_bare_profile_yaml_is_one_node(tmp_path):
     ({"gpu": "H100", "num_nodes": 2, "gpu_per_node": 8},
      ["field 'gpu_per_node'", "not a cluster field"]),
     ({"gpu": "H100", "num_nodes": 2, "gpus_per_node": 16}, ["field 'gpus_per_node'", "8 per node"]),
+    ({"gpu": "H100", "num_nodes": 2, "nics_per_node": 0},
+     ["field 'nics_per_node'", "greater than 0"]),
     ({"gpu": "H1000", "num_nodes": 2}, ["field 'gpu'", "unknown GPU 'H1000'", "H100"]),
     ({"gpu": 7, "num_nodes": 2}, ["field 'gpu'", "got int"]),
     ({"gpu": {"name": "x", "memory_gib": 80}, "num_nodes": 2}, ["gpu: field", "Field required"]),

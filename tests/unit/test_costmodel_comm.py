@@ -290,3 +290,27 @@ def test_dp_bucket_mb_sets_the_gradient_calls():
                                                rel=1e-6)
     megatron, _, _ = comm.dp_traffic_time(group, 100e6, np.array([0]), 4.0, 1.0)
     assert float(megatron[0]) == pytest.approx(2 * 4 * 3 * 40e6 * 7 / 8 / 100e9, rel=1e-6)
+
+
+def test_cluster_nics_per_node_sets_the_hierarchical_nic_share():
+    """DLPerf's V100 nodes have one 100 Gb/s EDR NIC per 8 GPUs (Oneflow-Inc/DLPerf
+    Megatron-LM/README.md: one mlx5_0 in `nvidia-smi topo -m`, ibstat Rate 100), the V100
+    profile's DGX-1 four. A TP 16 all-reduce over two such nodes, S = 128 MiB: each node's 8
+    members share S/8 = 16 MiB over NICs read at the profile's 16 MiB point (11.8 GB/s), so
+    busbw = 8 members x 1/8 NIC x 11.8 = 11.8 GB/s (DGX-1: 8 x 0.5 x 11.8 = 47.2)."""
+    from planner.registry import load_gpu, parse_cluster
+
+    gpu = load_gpu("V100-SXM2-16GB")
+    one_nic = parse_cluster("16xV100-SXM2-16GB", profile=gpu).model_copy(
+        update={"nics_per_node": 1.0})
+    dgx1 = parse_cluster("16xV100-SXM2-16GB", profile=gpu)
+    assert one_nic.nics_per_gpu == 1 / 8 and dgx1.nics_per_gpu == gpu.nics_per_gpu == 0.5
+    s = 8 * 16777216
+    for spec, busbw in ((one_nic, 11.8e9), (dgx1, 47.2e9)):
+        group = comm.Group(spec, np.array([16]), np.array([1]))
+        assert group.busbw(s)[0] == pytest.approx(busbw)
+        # the ring wins (the tree runs at 0.92 x 0.9 of it at 128 MiB); its latency beyond the
+        # curves: 2 x 15 steps, 2 of them on the network (the 2-node reference), 28 on NVLink,
+        # 14 beyond the 8-GPU curve's 2 x 7, at 3.4 us, x 1.4 (NCCL's ring plateau factor)
+        wire = 2 * s * 15 / 16 / busbw
+        assert comm.all_reduce_time(group, s)[0] == pytest.approx(wire + 14 * 3.4e-6 * 1.4)

@@ -286,3 +286,19 @@ def test_moe_row_without_model_spec_is_refused():
     row["model_spec"] = None
     with pytest.raises(SpecError, match="model_spec"):
         model_from_row(row)
+
+
+def test_source_cluster_network_reaches_the_runs():
+    """planner/data/source_clusters.yaml: DLPerf's nodes have one NIC per 8 GPUs (its README's
+    nvidia-smi topology); the rows carry it, and a benchmark swapping the profile keeps it."""
+    from planner.registry import load_gpu
+
+    runs, _ = load_table(PUBLISHED_RUNS_CSV)
+    dlperf = [r for r in runs if r.source_id == "dlperf_megatron_v100"]
+    assert len(dlperf) == 18
+    tp16 = next(r for r in dlperf if r.pins.get("tp") == 16)
+    assert tp16.cluster.num_nodes == 2 and tp16.cluster.nics_per_gpu == 1 / 8
+    assert tp16.with_gpu(load_gpu("V100-SXM2-32GB")).cluster.nics_per_gpu == 1 / 8
+    other = next(r for r in runs if r.source_id == "bloom_prequel")
+    assert other.cluster.nics_per_node is None
+    assert other.cluster.nics_per_gpu == other.cluster.gpu.nics_per_gpu
