@@ -207,16 +207,30 @@ class StackPreset(BaseModel):
         fields = self.recipe_fields(text, notes)
         return job.model_copy(update=fields) if fields else job
 
-    def factors_for(self, gpu_name: str) -> StackFactors:
-        """The factors on this GPU: its class's own (gpu_factors) where the preset has them,
-        else the transferable ones."""
+    def factors_for(self, gpu_name: str, curve_is_borrowed: bool | None = None) -> StackFactors:
+        """The factors on this GPU: its class's own (gpu_factors) where the preset has them;
+        else, on a GPU whose GEMM curve is borrowed from another chip (GpuProfile.
+        curve_is_borrowed), the stock factors; else the transferable ones. The transferable
+        factors are fitted on own-curve GPUs only (stackfit.fit_stack_by_class) and are relative
+        to a chip's own curve, so they do not carry to a borrowed one either: nemo fitted on
+        dgxc's H100/GB200 runs and carried to Megatron-Bridge's GB300 (the GB200 curve) made
+        those runs +17.8% (stock +10.0%) and the source's held-out p90 21.3% (stock 17.7%).
+        `curve_is_borrowed` None: the built-in profile named `gpu_name` says."""
         from planner.published import gpu_class
 
-        return self.gpu_factors.get(gpu_class(gpu_name) or gpu_name, self.factors)
+        own = self.gpu_factors.get(gpu_class(gpu_name) or gpu_name)
+        if own is not None:
+            return own
+        if curve_is_borrowed is None:  # the built-in profile of that name says
+            from planner.registry import builtin_gpus
+
+            gpu = next((g for g in builtin_gpus().values() if g.name == gpu_name), None)
+            curve_is_borrowed = gpu is not None and gpu.curve_is_borrowed
+        return StackFactors() if curve_is_borrowed else self.factors
 
     def apply(self, profile: GpuProfile) -> GpuProfile:
         """`profile` with this stack's efficiency factors (unchanged for stock factors)."""
-        f = self.factors_for(profile.name)
+        f = self.factors_for(profile.name, profile.curve_is_borrowed)
         if f.gemm_scale == 1.0 and f.layer_overhead_us is None:
             return profile
         values: dict[str, float] = {"gemm_scale": f.gemm_scale, "fp8_gemm_scale": f.gemm_scale}

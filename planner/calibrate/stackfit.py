@@ -37,10 +37,20 @@ def predict_with(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
 def fit_stack_factors(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
                       fit_overhead: bool = True):
     """The preset with its GEMM scale (and layer overhead) fitted to the runs' measured step
-    times; the runs' own GPU profiles are the base."""
+    times; the runs' own GPU profiles are the base. The factors are set as the transferable ones
+    and as the gpu_factors of every borrowed-curve class among the runs (StackPreset.factors_for
+    gives such a class stock factors otherwise), so they apply on every run's GPU."""
     from scipy.optimize import least_squares
 
+    from planner.published import gpu_class
     from planner.stacks import StackFactors
+
+    borrowed = sorted({gpu_class(r.cluster.gpu.name) or r.cluster.gpu.name for r in runs
+                       if r.cluster.gpu.curve_is_borrowed})
+
+    def placed(factors):
+        return preset.model_copy(update={"factors": factors, "gpu_factors": {
+            **preset.gpu_factors, **{cls: factors for cls in borrowed}}})
 
     measured = np.log(np.array([r.measured_step_time_s for r in runs], dtype=float))
     lo = [math.log(GEMM_SCALE_BOUNDS[0])] + ([0.0] if fit_overhead else [])
@@ -50,7 +60,7 @@ def fit_stack_factors(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Lay
     def with_x(x: np.ndarray):
         factors = StackFactors(gemm_scale=math.exp(x[0]),
                                layer_overhead_us=(1e3 * x[1]) if fit_overhead else None)
-        return preset.model_copy(update={"factors": factors})
+        return placed(factors)
 
     def residuals(x: np.ndarray) -> np.ndarray:
         return np.log(predict_with(with_x(x), runs, layouts)) - measured
@@ -67,7 +77,7 @@ def fit_stack_factors(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Lay
         "gemm_scale": round(fitted.factors.gemm_scale, 4),
         "layer_overhead_us": None if fitted.factors.layer_overhead_us is None
         else round(fitted.factors.layer_overhead_us, 1)})
-    return preset.model_copy(update={"factors": factors})
+    return placed(factors)
 
 
 def fit_stack_by_class(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],

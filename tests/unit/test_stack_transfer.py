@@ -66,6 +66,28 @@ def test_committed_preset_keeps_the_v100_factor_off_other_gpus():
     assert preset.factors_for("V100-SXM2-16GB").gemm_scale < 0.85
 
 
+def test_transferable_factors_do_not_carry_to_a_borrowed_curve():
+    """A preset fitted on own-curve GPUs only (no gpu_factors): its factors apply on GB200
+    (the curve measured on it), not on GB300 (GB200's curve borrowed), which keeps stock; a class
+    with its own factors gets them. Old code gave GB300 the transferable x1.2 / 500 us."""
+    fitted = resolve_stack("nemo").model_copy(update={
+        "factors": StackFactors(gemm_scale=1.2, layer_overhead_us=500.0), "gpu_factors": {}})
+    gb200, gb300 = load_gpu("GB200-NVL72"), load_gpu("GB300-NVL72")
+    assert fitted.apply(gb300) == gb300
+    assert fitted.factors_for("GB300-NVL72") == StackFactors()  # built-in profile looked up
+    assert fitted.factors_for("V100-SXM2-16GB") == StackFactors()
+    assert fitted.factors_for("B200-SXM") == fitted.factors
+    on200 = fitted.apply(gb200)
+    assert on200.layer_overhead_us == 500.0
+    for (n0, e0), (n1, e1) in zip(gb200.gemm_efficiency.points, on200.gemm_efficiency.points,
+                                  strict=True):
+        assert n0 == n1 and e1 == pytest.approx(min(1.0, 1.2 * e0))
+    own = StackFactors(gemm_scale=1.8, layer_overhead_us=1240.0)
+    with_own = fitted.model_copy(update={"gpu_factors": {"GB300": own}})
+    assert with_own.apply(gb300).layer_overhead_us == 1240.0
+    assert with_own.factors_for("GB300-NVL72") == own
+
+
 # the stock band when this bound was set (6.9%, the error between layouts of a job on BLOOM and
 # DLPerf); the ranking band is now measured data (planner/data/step_time_bands.yaml) and wider
 # with the nanotron sweep, so the bound keeps its number rather than loosening with the data
