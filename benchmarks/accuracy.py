@@ -108,15 +108,41 @@ class Predictor:
         return {**plan.row(), "layout": plan.layout}
 
 
-def tuning_knobs(profile: GpuProfile, knobs: Sequence[str], n_runs: int) -> list[str]:
+def attention_kernels(profile: GpuProfile) -> dict[str, tuple[str, ...]]:
+    """The JobSpec.attention kernels whose time each attention rate of `profile` sets
+    (costmodel.compute.layer_forward_times): attention_efficiency flash and triton (and cudnn
+    where the profile has no fused rate), fused_attention_efficiency cudnn."""
+    if profile.fused_attention_efficiency is None:
+        return {"attention_efficiency": ("flash", "triton", "cudnn")}
+    return {"attention_efficiency": ("flash", "triton"), "fused_attention_efficiency": ("cudnn",)}
+
+
+def tuning_knobs(profile: GpuProfile, knobs: Sequence[str], n_runs: int,
+                 kernels: dict[str, int] | None = None) -> list[str]:
     """The knobs a GPU with n_runs tuning runs fits: the first n_runs // RUNS_PER_KNOB (at least
     one) of `knobs` that the profile has (fp8_gemm_scale only where an fp8 curve is). The fused
     attention rate takes its slot even where the profile has none (there attention=cudnn runs at
     attention_efficiency, already in the list), as it did when every profile offered it: the
-    fits stay those the committed profiles were made with."""
+    fits stay those the committed profiles were made with. `kernels` (runs per JobSpec.attention,
+    None: not checked): an attention rate keeps its slot but is fitted only where RUNS_PER_KNOB of
+    the runs use a kernel it times; fewer (13 PaxML rows at seq 2048, attention 5-12% of their
+    step) cannot tell it from the GEMM and layer terms, and it stays at its measured value."""
     own = {k.name for k in knobs_for(profile)}
     slots = [k for k in knobs if k in own or k == "fused_attention_efficiency"]
-    return [k for k in slots[: max(1, n_runs // RUNS_PER_KNOB)] if k in own]
+    out = [k for k in slots[: max(1, n_runs // RUNS_PER_KNOB)] if k in own]
+    if kernels is not None:
+        timed = attention_kernels(profile)
+        out = [k for k in out if k not in timed
+               or sum(kernels.get(a, 0) for a in timed[k]) >= RUNS_PER_KNOB]
+    return out
+
+
+def _kernel_counts(runs: Sequence[MeasuredRun]) -> dict[str, int]:
+    """Runs per attention kernel (JobSpec.attention)."""
+    out: dict[str, int] = {}
+    for run in runs:
+        out[run.job.attention] = out.get(run.job.attention, 0) + 1
+    return out
 
 
 def _timed_by_gpu(runs: Sequence[MeasuredRun]) -> dict[str, list[MeasuredRun]]:
@@ -152,7 +178,7 @@ def fitted_profiles(runs: Sequence[MeasuredRun], predictor: Predictor,
         stock = group[0].cluster.gpu
         layouts = _searched_layouts(group, stock, predictor)
         t0 = time.perf_counter()
-        names = tuning_knobs(stock, knobs, len(group))
+        names = tuning_knobs(stock, knobs, len(group), _kernel_counts(group))
         fit = calibrate(stock, group, layouts=layouts, names=names, cross_validate=False)
         log(f"fitted {name} on {len(fit.runs)} runs in {time.perf_counter() - t0:.1f}s: "
             + ", ".join(f"{k}={fit.values[k]:.4g}" for k in fit.fitted)
@@ -740,7 +766,7 @@ def leave_one_source_out(runs: Sequence[MeasuredRun], predictor: Predictor,
         for name, group in tuning.items():
             start = base.get(name, group[0].cluster.gpu)
             lays = _searched_layouts(group, group[0].cluster.gpu, predictor)
-            names = tuning_knobs(start, knobs, len(group))
+            names = tuning_knobs(start, knobs, len(group), _kernel_counts(group))
             fit = calibrate(start, [r.with_gpu(start) for r in group], layouts=lays,
                             names=names, cross_validate=False, per_source=stock_from == "all")
             profiles[name] = fit.profile

@@ -37,7 +37,7 @@ class StackRecipe(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    attention: Literal["flash", "cudnn", "unfused"] | None = Field(
+    attention: Literal["flash", "cudnn", "triton", "unfused"] | None = Field(
         default=None, description="Attention kernel (JobSpec.attention).")
     grad_dtype: Literal["auto", "half", "fp32", "half+fp32"] | None = Field(
         default=None, description="Gradient bytes per parameter (JobSpec.grad_dtype).")

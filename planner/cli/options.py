@@ -25,6 +25,7 @@ class RecomputeChoice(str, Enum):
 class AttentionChoice(str, Enum):
     flash = "flash"
     cudnn = "cudnn"
+    triton = "triton"
     unfused = "unfused"
 
 
@@ -185,7 +186,8 @@ AttentionOpt = Annotated[
     typer.Option(
         "--attention",
         help="Attention kernel: flash (FlashAttention-2 class), cudnn (Transformer Engine's cuDNN "
-        "fused attention, FlashAttention-3 class on Hopper+) or unfused (2021-22 stacks). "
+        "fused attention, FlashAttention-3 class on Hopper+), triton (FlashAttention in Triton, "
+        "llm-foundry's attn_impl triton) or unfused (2021-22 stacks). "
         "Default: the --stack's (flash for Megatron-Core).",
     ),
 ]

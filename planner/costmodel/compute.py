@@ -3,7 +3,8 @@
 GEMMs: every projection is its own GEMM whose FLOP (2 x tokens x weight elements / t after the
 TP split) sets its achieved efficiency from the profile's curve (docs/hardware.md 2.1: efficiency
 collapses below ~2048^3); time = FLOP / (peak x efficiency(FLOP)). Attention core (flash) runs
-at profile.attention_efficiency of the 16-bit peak, counted causally (half the s x s square).
+at profile.attention_efficiency of the 16-bit peak, counted causally (half the s x s square);
+the older Triton kernel (attention="triton") at that rate / 1.4 forward and / 2.0 backward.
 Backward = 2 x forward (dgrad + wgrad; Narayanan 2021 sec. 5.1, Megatron's expansion factor
 3 = fwd + 2 bwd [S13]), except flash attention's backward, 2.5 x its forward
 (FlashAttention-2). Element-wise work (norms, residual adds, rotary, activation function, MoE
@@ -26,12 +27,25 @@ BACKWARD_FACTOR = 2.0  # backward / forward time of GEMMs (dgrad + wgrad) and el
 # Flash attention's backward runs 5 matmuls (it recomputes QK^T, then dV, dP, dQ, dK) against 2
 # in forward: 2.5x the forward time at equal efficiency (Dao 2023, FlashAttention-2, sec. 3.1.2).
 ATTENTION_BACKWARD_FACTOR = 2.5
+# FlashAttention in Triton (JobSpec.attention="triton": the FlashAttention-1-era Triton kernel,
+# flash_attn_triton.py of Dao-AILab/flash-attention, which llm-foundry <= 0.6 ran as MPT's
+# attn_impl: triton) against FlashAttention-2 at equal FLOP: "FlashAttention-2 is around 1.3-1.5x
+# faster than FlashAttention in Triton in the forward pass and around 2x faster in the backward
+# pass" (Dao 2023, FlashAttention-2, arXiv:2307.08691, sec. 4.1, A100): forward 1.4 (the middle),
+# backward 2.0. Forward + backward (3.5 forward FLOP units): (1.4 + 2.5 x 2.0) / 3.5 = 1.83.
+TRITON_FORWARD_SLOWDOWN = 1.4
+TRITON_BACKWARD_SLOWDOWN = 2.0
 
 
 def attention_backward_factor(attention_kind: str) -> float:
-    """Backward / forward time of the attention core: fused (flash, cudnn) 2.5; unfused 2 (its
-    GEMMs' dgrad + wgrad, and the softmax backward reads two tensors and writes one)."""
-    return BACKWARD_FACTOR if attention_kind == "unfused" else ATTENTION_BACKWARD_FACTOR
+    """Backward / forward time of the attention core: fused (flash, cudnn) 2.5; triton 2.5 x
+    2.0 / 1.4 (its backward lags FlashAttention-2 more than its forward); unfused 2 (its GEMMs'
+    dgrad + wgrad, and the softmax backward reads two tensors and writes one)."""
+    if attention_kind == "unfused":
+        return BACKWARD_FACTOR
+    if attention_kind == "triton":
+        return ATTENTION_BACKWARD_FACTOR * TRITON_BACKWARD_SLOWDOWN / TRITON_FORWARD_SLOWDOWN
+    return ATTENTION_BACKWARD_FACTOR
 
 
 def backward_time(forward_s, attention_s, attention_kind: str):
@@ -164,8 +178,8 @@ def layer_forward_times(
     load=1.0,
 ) -> LayerTimes:
     """Forward time of one transformer layer for `tokens` local tokens (mbs x s / cp) per rank;
-    attention_kind is JobSpec.attention (flash, cudnn or unfused). MoE: the experts split over
-    etp ranks (None: tp), on the most loaded rank's `load` x the mean routed copies
+    attention_kind is JobSpec.attention (flash, cudnn, triton or unfused). MoE: the experts split
+    over etp ranks (None: tp), on the most loaded rank's `load` x the mean routed copies
     (planner.costmodel.moe)."""
     peak, curve = matmul_peak_and_curve(gpu, precision)
     tokens = np.asarray(tokens, dtype=float)
@@ -209,6 +223,8 @@ def layer_forward_times(
         eff = gpu.attention_efficiency
         if attention_kind == "cudnn" and gpu.fused_attention_efficiency is not None:
             eff = gpu.fused_attention_efficiency
+        elif attention_kind == "triton":
+            eff = eff / TRITON_FORWARD_SLOWDOWN
         attention = attn_flop * tokens / tp / (attention_peak(gpu, precision) * eff)
     # element-wise: norms + residuals (replicated across TP unless SP), rotary on q and k,
     # the activation function (reads its inputs, writes ffn), all at 2 bytes/element

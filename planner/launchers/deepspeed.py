@@ -172,10 +172,12 @@ def launch_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
     elif lay.recompute == "selective":
         args.append(("--recompute-granularity", "selective"))
     args.append(("--fp16" if job.precision == "fp16" else "--bf16", True))
-    if job.attention in ("flash", "cudnn"):
+    if job.attention in ("flash", "cudnn", "triton"):
         args.append(("--use-flash-attn-v2", True))
         if job.attention == "cudnn":
             warnings.append("cuDNN fused attention is exported as FlashAttention-2")
+        if job.attention == "triton":
+            warnings.append("FlashAttention in Triton is exported as FlashAttention-2")
     if job.tp_comm_overlap:
         warnings.append("TP communication overlap (Transformer Engine userbuffers) is not "
                         "available in Megatron-DeepSpeed")

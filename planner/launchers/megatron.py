@@ -232,7 +232,9 @@ def layout_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
             "flag at this commit (TransformerConfig.cpu_offloading is not on the command line); "
             "set cpu_offloading=True, cpu_offloading_activations=True in a YAML config")
     args += precision_args(plan, warnings)
-    args.append(("--attention-backend", ATTENTION_BACKEND[job.attention]))
+    if job.attention == "triton":  # Megatron has no Triton FlashAttention backend
+        warnings.append("attention triton (FlashAttention in Triton) is exported as flash")
+    args.append(("--attention-backend", ATTENTION_BACKEND.get(job.attention, "flash")))
     if job.tp_comm_overlap:
         args.append(("--tp-comm-overlap", True))
     if lay.vpp > 1 and not job.p2p_overlap:

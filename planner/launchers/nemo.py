@@ -125,7 +125,9 @@ def overrides(plan: LaunchPlan, warnings: list[str]) -> dict[str, dict[str, Any]
         if lay.pp > 1:
             warnings.append("Megatron-Core's cpu_offloading refuses pipeline parallelism "
                             "(TransformerConfig check); this layout needs another offload path")
-    model["attention_backend"] = ATTENTION_BACKEND[job.attention]
+    if job.attention == "triton":  # Megatron-Core has no Triton FlashAttention backend
+        warnings.append("attention triton (FlashAttention in Triton) is exported as flash")
+    model["attention_backend"] = ATTENTION_BACKEND.get(job.attention, "flash")
     ddp: dict[str, Any] = {
         "use_distributed_optimizer": lay.zero >= 1 and lay.zero < 2,
         "use_megatron_fsdp": lay.zero >= 2,

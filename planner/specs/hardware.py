@@ -450,12 +450,14 @@ class JobSpec(BaseModel):
             "GPipe block on them)."
         ),
     )
-    attention: Literal["flash", "cudnn", "unfused"] = Field(
+    attention: Literal["flash", "cudnn", "triton", "unfused"] = Field(
         default="flash",
         description=(
             "Attention kernel: flash (FlashAttention-2 class, fused, no s x s tensors kept; "
             "profile.attention_efficiency), cudnn (Transformer Engine's cuDNN fused attention, "
-            "FlashAttention-3 class on Hopper and later; profile.fused_attention_efficiency) or "
+            "FlashAttention-3 class on Hopper and later; profile.fused_attention_efficiency), "
+            "triton (FlashAttention in Triton, the FlashAttention-1-era kernel of llm-foundry's "
+            "attn_impl triton: flash's memory at flash's rate / 1.4 forward, / 2.0 backward) or "
             "unfused (Megatron 2021-22: score tensors kept, softmax memory-bound, QK^T and AV "
             "as batched GEMMs)."
         ),

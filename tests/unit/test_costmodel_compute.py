@@ -57,6 +57,29 @@ def test_compute_time_is_flops_over_achieved_peak(tp):
     assert cols["time_compute_s"][0] == pytest.approx(expected, rel=1e-9)
 
 
+def test_triton_attention_runs_at_the_fa2_papers_ratios_by_hand():
+    """attention="triton" (FlashAttention in Triton): Dao 2023 (FlashAttention-2, sec. 4.1)
+    measures FlashAttention-2 1.3-1.5x faster than it in the forward pass (1.4) and 2x in the
+    backward. By hand, flat 0.5 of 100 TFLOP/s, free memory traffic, llama-like 4 layers, seq
+    4096, 2 sequences: the causal attention FLOP is 2 x (s/2) keys x 64 heads x (128 + 128) per
+    token and layer; forward at 50/1.4 TFLOP/s, backward 2.5 x the FLOP at 50/2 TFLOP/s. The
+    step differs from the flash one only by the attention core."""
+    model = llama_like(num_hidden_layers=4)
+    gpu = _no_hbm_gpu()
+    lo = Layout(tp=1, pp=1, dp=1, mbs=1, zero=1, recompute="none")
+    t = {}
+    for kind in ("flash", "triton"):
+        jb = job(model, seq_len=4096, global_batch=2, attention=kind)
+        t[kind] = estimate_batch(model, cluster(gpu, 1), jb, [lo])["time_compute_s"][0]
+    attn_fwd = 2 * 2048 * 64 * (128 + 128) * 4 * (2 * 4096)  # FLOP, all layers, one step
+    flash = attn_fwd / 50e12 + 2.5 * attn_fwd / 50e12
+    triton = attn_fwd / (50e12 / 1.4) + 2.5 * attn_fwd / (50e12 / 2.0)
+    assert t["triton"] - t["flash"] == pytest.approx(triton - flash, rel=1e-9)
+    # fwd + bwd: (1.4 + 2.5 x 2) / 3.5 = 1.829 x the flash attention time
+    assert triton / flash == pytest.approx(6.4 / 3.5, rel=1e-12)
+    assert compute.attention_backward_factor("triton") == pytest.approx(2.5 * 2.0 / 1.4)
+
+
 def test_recompute_adds_forward_time():
     model = llama_like(num_hidden_layers=4)
     gpu = _no_hbm_gpu()

@@ -222,15 +222,17 @@ FA2_MEASURED = {"A100-SXM4-80GB": 179.5 / 312, "H100-SXM": 327.9 / 989}
 
 
 def test_attention_efficiency_names_the_measurement_it_started_from(gpus):
-    """The stock attention_efficiency is not the kernel benchmark: it is fitted to training runs
-    (benchmarks/accuracy.py on the tuning sources) and about half of it. Its source says both,
-    and the measurement it quotes is the published one (typed here from docs/hardware.md)."""
+    """The stock attention_efficiency is fitted to training runs (benchmarks/accuracy.py on the
+    tuning sources) that started from the kernel benchmark, and lands near it (80-105%) now that
+    llm-foundry's rows run their own kernel (attention="triton" at the FA2 paper's ratios; fitted
+    as FlashAttention-2 they had pulled it to about half). Its source says both, and the
+    measurement it quotes is the published one (typed here from docs/hardware.md)."""
     for name, measured in FA2_MEASURED.items():
         source = gpus[name].sources["attention_efficiency"]
         assert source.startswith("fitted by benchmarks/accuracy.py"), source
         quoted = float(source.split(" = ")[1].split()[0])  # "179.5 TFLOP/s / 312 = 0.575 [..."
         assert quoted == pytest.approx(measured, abs=5e-4), (name, source)
-        assert 0.4 * measured < gpus[name].attention_efficiency < 0.6 * measured  # about half
+        assert 0.8 * measured < gpus[name].attention_efficiency < 1.05 * measured
 
 
 @pytest.mark.slow  # one fit on 61 published runs, ~10 s

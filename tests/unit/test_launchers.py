@@ -395,3 +395,13 @@ def test_attention_variants_no_export_writes_are_warned(launcher):
     llama = plan("llama2-7b", "1x8xA100", JobSpec(seq_len=4096, global_batch=64),
                  Layout(tp=1, pp=1, dp=8, mbs=1, zero=1, recompute="none", sp=False))
     assert not any("not written" in w for w in export_plan(launcher, llama).warnings)
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_triton_attention_is_exported_with_a_warning(launcher):
+    """No launcher has llm-foundry's Triton FlashAttention kernel: a plan made with
+    attention="triton" exports (as flash / FlashAttention-2) and says so, never silently."""
+    p = plan("llama2-7b", "1x8xA100", JobSpec(seq_len=4096, global_batch=64, attention="triton"),
+             Layout(tp=1, pp=1, dp=8, mbs=1, zero=1, recompute="none", sp=False))
+    result = export_plan(launcher, p)
+    assert any("triton" in w.lower() for w in result.warnings), result.warnings

@@ -53,7 +53,9 @@ def test_ranking_floor(sweep_groups) -> None:
     overlap_param_gather, the default recipe) the mean regret is 64.0%, above the floor."""
     pairwise, regret = _by_time(sweep_groups)
     assert pairwise >= 0.87  # 87.1% with nanotron's cost-balanced stage split (84.4% before)
-    assert regret <= 0.61  # 60.3%
+    # 60.3% with the H100 FlashAttention-2 rate fitted at 0.158 (half its benchmark: llm-foundry's
+    # Triton-kernel rows fitted as FA2); 62.3% at 0.284 since they run attention="triton"
+    assert regret <= 0.63
     _, hidden = _by_time(sweep_groups, param_gather_overlap=True)
     assert hidden > 0.62
 

@@ -134,3 +134,17 @@ def test_a_row_without_notes_gets_the_stacks_plain_recipe():
     job = JobSpec(seq_len=2048, global_batch=8)
     assert preset.job(job, "Megatron-DeepSpeed", None) == preset.job(job, "Megatron-DeepSpeed", "")
     assert preset.job(job, None, "BF16_Optimizer").grad_dtype == "half+fp32"
+
+
+def test_llmfoundry_rows_that_say_triton_run_the_triton_kernel():
+    """llm-foundry's MPT table ran attn_impl triton (its sweep.sh passes no --attn_impl and
+    submit_benchmarks.py defaulted to triton, b2a43a147); the rows' notes say so and select the
+    triton kernel. The stack named without that note keeps flash (llm-foundry's default since
+    v0.7.0)."""
+    preset = resolve_stack("llm-foundry")
+    job = JobSpec(seq_len=2048, global_batch=8)
+    notes = "MPT architecture (no biases, FlashAttention/triton); 12-step benchmark runs."
+    assert preset.job(job, "MosaicML Composer/llm-foundry (PyTorch FSDP)", notes).attention == (
+        "triton")
+    assert preset.job(job, "llm-foundry", "").attention == "flash"
+    assert preset.job(job, "llm-foundry", None).attention == "flash"
