@@ -115,6 +115,14 @@ def plans_indistinguishable(plans: Sequence[Any]) -> int:
     return int(overlaps_best(low, high, 0).sum())
 
 
+def _score_columns(ests: Sequence[Any]) -> dict[str, np.ndarray]:
+    """The uncertain-term columns (0 where an Estimate lacks one) and band columns of
+    Estimate-like objects: what robust_step_time reads."""
+    cols = {c: np.array([float(getattr(e, c, 0.0)) for e in ests]) for c in UNCERTAIN_TERMS}
+    cols.update(estimate_columns(ests))
+    return cols
+
+
 def order_ties(plans: Sequence[Any], adverse: Sequence[Any] | None = None) -> list[Any]:
     """A list of plans (fitting first, by step time) in `solve`'s final order, for rankings
     built outside the search (benchmarks/ranking.py): the fitting plans whose band overlaps the
@@ -129,24 +137,18 @@ def order_ties(plans: Sequence[Any], adverse: Sequence[Any] | None = None) -> li
     if not fitting:
         return [replace(p, rank=r, tied_with_best=False) for r, p in enumerate(plans, 1)]
     ests = [plans[i].estimate for i in fitting]
-    cols = {c: np.array([float(getattr(e, c, 0.0)) for e in ests]) for c in UNCERTAIN_TERMS}
-    cols.update(estimate_columns(ests))
+    cols = _score_columns(ests)
     best = int(np.argmin(cols["step_time_s"]))
     tied = overlaps_best(*ranking_bounds(cols), best)
-    adverse_cols = None
-    if adverse is not None:
-        worse = [adverse[i] for i in fitting]
-        adverse_cols = {c: np.array([float(getattr(e, c, 0.0)) for e in worse])
-                        for c in UNCERTAIN_TERMS}
-        adverse_cols.update(estimate_columns(worse))
-    score = robust_step_time(cols, adverse_cols)
+    score = robust_step_time(cols, None if adverse is None
+                             else _score_columns([adverse[i] for i in fitting]))
     from planner.costmodel.memory import near_capacity
 
     tight = near_capacity([e.peak_mem_gb for e in ests], [e.mem_capacity_gb for e in ests])
     tie_order = sorted((k for k in range(len(fitting)) if tied[k]),
                        key=lambda k: (bool(tight[k]), score[k], ests[k].peak_mem_gb, k))
     head = [fitting[k] for k in tie_order]
-    rest = [i for i in range(len(plans)) if i not in set(head)]
     flags = set(head)
+    rest = [i for i in range(len(plans)) if i not in flags]
     return [replace(plans[i], rank=r, tied_with_best=i in flags)
             for r, i in enumerate(head + rest, 1)]

@@ -19,6 +19,7 @@ import numpy as np
 
 from planner.costmodel.memory import near_capacity
 from planner.search.bands import (
+    BAND_COLUMNS,
     UNCERTAIN_TERMS,
     adverse_cluster,
     overlaps_best,
@@ -50,10 +51,11 @@ def tie_group(space: Space, eligible: np.ndarray, best: int) -> np.ndarray:
     return np.asarray(eligible, dtype=bool) & overlaps_best(low, high, best)
 
 
-def adverse_columns(space: Space, rows: np.ndarray) -> dict[str, np.ndarray] | None:
-    """The band and uncertain-term columns of every row, the `rows` costed again on
-    bands.adverse_cluster by the space's own cost function (the others keep the space's
-    columns); None when the adverse fabric changes nothing for this cluster."""
+def adverse_columns(space: Space, rows: np.ndarray, columns: dict[str, np.ndarray]
+                    ) -> dict[str, np.ndarray] | None:
+    """The band and uncertain-term columns of `columns` (the space's, _band_columns), the `rows`
+    costed again on bands.adverse_cluster by the space's own cost function (the others keep
+    their values); None when the adverse fabric changes nothing for this cluster."""
     rows = np.asarray(rows, dtype=bool)
     cluster = adverse_cluster(space.cluster)
     if cluster is space.cluster or not rows.any():
@@ -62,13 +64,11 @@ def adverse_columns(space: Space, rows: np.ndarray) -> dict[str, np.ndarray] | N
     knobs = {k: np.asarray(v)[idx] for k, v in space.knobs.items()}
     worse = evaluate(space.model, cluster, space.job, knobs, space.batch_cost).columns
     out = {}
-    for name, col in _band_columns(space).items():
-        if name in worse and (name in UNCERTAIN_TERMS or name in (
-                "step_time_s", "step_time_low_s", "step_time_high_s", "ranking_band")):
-            col = np.array(col, dtype=float, copy=True)
-            col[idx] = np.asarray(worse[name], dtype=float)
-            out[name] = col
-        elif name == "ranking_band":
+    for name in (*BAND_COLUMNS, *UNCERTAIN_TERMS):
+        if name in columns:
+            col = np.array(columns[name], dtype=float, copy=True)
+            if name in worse:  # not the profile's ranking band _band_columns added
+                col[idx] = np.asarray(worse[name], dtype=float)
             out[name] = col
     return out
 
@@ -80,7 +80,8 @@ def robust_keys(space: Space, rows: np.ndarray) -> np.ndarray:
     unit (coarsened by tens while the rows' sum could leave int64, as the space's own keys),
     then memory, then crossing groups; the same weights as Space.keys."""
     # from the ranking band's high end, the rows costed on the adverse fabric
-    robust = robust_step_time(_band_columns(space), adverse_columns(space, rows))
+    columns = _band_columns(space)
+    robust = robust_step_time(columns, adverse_columns(space, rows, columns))
     wt, wm = space.objective_weights
     mem = np.minimum(space.mem_units, space.cap_units + 1)
     unit = space.time_unit_s
