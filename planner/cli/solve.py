@@ -131,17 +131,21 @@ def solve_cmd(
                                 tp_across_nodes)
             plans = loop.plans_after
             tied_total = sum(p.tied_with_best for p in plans)
+            at_least = tied_total == len(plans)  # the loop keeps only its top plans
         elif inputs.config is not None:
             from planner.cli.solve_config import compare_config
 
-            plans, comparison = compare_config(model_spec, cluster_spec, job, pins, inputs.pins,
-                                               top, inputs.config.imported.stage_layers)
-            tied_total = sum(p.tied_with_best for p in plans)
+            result, comparison = compare_config(model_spec, cluster_spec, job, pins,
+                                                inputs.pins, top,
+                                                inputs.config.imported.stage_layers)
+            plans, tied_total, at_least = (result.plans(), result.tied_total,
+                                           result.tied_at_least)
         else:
             result = search(model_spec, cluster_spec, job, pins, top_k=top,
                             stage_layers=inputs.stage_layers, even_stages=even_stages,
                             tp_across_nodes=tp_across_nodes)
-            plans, tied_total = result.plans(), result.tied_total
+            plans, tied_total, at_least = (result.plans(), result.tied_total,
+                                           result.tied_at_least)
     plans = with_economics(plans, model_spec, cluster_spec, inputs.economics)
     from planner.published import mark_cluster_plans
 
@@ -172,14 +176,17 @@ def solve_cmd(
     # the table goes to stderr when stdout carries a file (--export without --out, --csv -)
     console = Console(stderr=(export is not None and (out is None or str(out) == "-"))
                       or str(csv) == "-")
-    _print(console, inputs, plans, tied_total, loop, comparison, limit)
+    _print(console, inputs, plans, (tied_total, at_least), loop, comparison, limit)
     if csv is not None and str(csv) != "-":
         console.print(f"wrote {csv}")
 
 
-def _print(console, inputs, plans, tied_total, loop, comparison, limit) -> None:
-    """The table, the winner's run, warnings, the tie, the config comparison, the loop's fit."""
+def _print(console, inputs, plans, tie, loop, comparison, limit) -> None:
+    """The table, the winner's run, warnings, the tie (its size and whether that is a lower
+    bound), the config comparison, the loop's fit."""
     from planner import report
+
+    tied_total, at_least = tie
 
     model_spec, cluster_spec, job = inputs.model, inputs.cluster, inputs.job
     pins = inputs.typed_pins
@@ -208,7 +215,7 @@ def _print(console, inputs, plans, tied_total, loop, comparison, limit) -> None:
                       "domains (over the scale-out network)")
     if tied_total > 1:
         calibrated = loop is not None or cluster_spec.gpu.step_time_rel_error is not None
-        console.print(report.tie_note(plans, tied_total, calibrated))
+        console.print(report.tie_note(plans, tied_total, calibrated, at_least))
     if comparison is not None:
         from planner.search.compare import describe
 

@@ -20,8 +20,9 @@ def current_layout(pins: dict[str, Any], num_gpus: int) -> Layout:
 
 def compare_config(model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
                    search_pins: dict[str, Any], current_pins: dict[str, Any],
-                   top: int, stage_layers: tuple[int, ...] = ()) -> tuple[list, Comparison]:
-    """The top plans (searching every knob not typed on the command line) and the comparison of
+                   top: int, stage_layers: tuple[int, ...] = ()) -> tuple[Any, Comparison]:
+    """The search (SearchResult: its top plans, searching every knob not typed on the command
+    line, and the size of the tie with the fastest) and the comparison of
     the config's layout, with its own layers per stage or virtual stage (`stage_layers`, the
     config's uneven split), with the whole space."""
     from dataclasses import replace
@@ -34,7 +35,7 @@ def compare_config(model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
         layout = replace(layout, stage_layers=tuple(stage_layers))
     current = estimate(model, cluster, job, layout)
     result = search(model, cluster, job, search_pins, top_k=top)
-    return result.plans(), compare(result.space, layout, current.step_time_s, current.fits)
+    return result, compare(result.space, layout, current.step_time_s, current.fits)
 
 
 def comparison_json(plans: list, comparison: Comparison) -> str:

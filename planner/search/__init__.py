@@ -82,6 +82,8 @@ class SearchResult:
     timings: dict[str, float] = field(default_factory=dict)
     tied: list[bool] = field(default_factory=list)  # per index: tied with the fastest plan
     tied_total: int = 1  # eligible layouts of the whole space tied with the fastest (>= 1)
+    tied_at_least: bool = False  # tied_total is a lower bound: layouts whose split was not
+    # searched (they cannot reach the top K) might join the tie with a better one
     ranked: list[Plan] = field(default_factory=list)
     fastest: int | None = None  # row index of the smallest predicted step time (ties: knob tuple)
 
@@ -157,8 +159,10 @@ def search(
                               "inside each pool's NVLink domain")
         plans = search_pooled(model, cluster, job, normalize_pins(pins), top_k, config,
                               stage_layers=stage_layers, even_stages=even_stages)
-        return SearchResult(None, [], [], {}, [p.tied_with_best for p in plans],
-                            max(1, sum(p.tied_with_best for p in plans)), plans)
+        tied = [p.tied_with_best for p in plans]
+        # the pools' search keeps its top plans: a tie that fills them may go on
+        return SearchResult(None, [], [], {}, tied, max(1, sum(tied)),
+                            tied_at_least=sum(tied) == len(plans) > 1, ranked=plans)
     pins = normalize_pins(pins)
     if stage_layers:
         pins = _pin_split(model, pins, stage_layers)
@@ -174,10 +178,11 @@ def search(
     space = evaluate(model, cluster, job, knobs, batch_cost)
     t2 = time.perf_counter()
     timings = {"structure_s": t1 - t0, "cost_model_s": t2 - t1}
+    floor = None
     if not stage_layers and not even_stages and batch_cost is None:
         from planner.search.stages import improve_splits
 
-        space, solved = improve_splits(space, pins, top_k, config)
+        space, solved, floor = improve_splits(space, pins, top_k, config)
         timings["stage_split_s"] = time.perf_counter() - t2
         timings["stage_splits_solved"] = solved
     t3 = time.perf_counter()
@@ -188,31 +193,35 @@ def search(
 
         raise diagnose(space, pins, config=config, batch_cost=batch_cost)
     t4 = time.perf_counter()
-    indices, tied, tied_total = _rank_ties(space, pins, top_k, selection.indices, config)
+    indices, tied, tied_total, at_least = _rank_ties(space, pins, top_k, selection.indices,
+                                                     config, floor)
     timings["ties_s"] = time.perf_counter() - t4
     objectives = [int(space.keys[i]) for i in indices]
-    return SearchResult(space, indices, objectives, timings, tied, tied_total,
+    return SearchResult(space, indices, objectives, timings, tied, tied_total, at_least,
                         fastest=selection.indices[0])
 
 
 def _rank_ties(space: Space, pins: Mapping[str, Any], top_k: int, by_time: list[int],
-               config: SolverConfig | None) -> tuple[list[int], list[bool], int]:
+               config: SolverConfig | None, floor: np.ndarray | None = None
+               ) -> tuple[list[int], list[bool], int, bool]:
     """The final ranking (planner.search.ties): the layouts tied with the fastest, chosen and
     ordered by a second CP-SAT selection on the robustness keys, then the rest by the objective.
-    Returns (indices, tied flag per index, size of the whole tie)."""
+    Returns (indices, tied flag per index, size of the whole tie, whether that size is a lower
+    bound: `floor`, improve_splits' bound on the rows it left unsolved, lets one join)."""
     from planner.search import ties
     from planner.search.cpsat import SelectionModel
 
     eligible = space.pin_mask(pins) & space.fits
     group = ties.tie_group(space, eligible, by_time[0])
     total = int(group.sum())
+    at_least = floor is not None and bool(ties.may_join(space, floor, by_time[0], group).any())
     if total > 1:
         keys = ties.robust_keys(space, group)
         robust = SelectionModel(space, pins, top_k, config, keys=keys, allowed=group).solve()
         indices = ties.merge(robust.indices, by_time, group, top_k)
     else:
         indices = list(by_time)
-    return indices, [bool(group[i]) for i in indices], total
+    return indices, [bool(group[i]) for i in indices], total, at_least
 
 
 def _pin_split(model: ModelSpec, pins: dict[str, Any], counts: Sequence[int]) -> dict[str, Any]:

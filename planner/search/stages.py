@@ -385,13 +385,18 @@ SPLIT_WINDOW = 16  # chunks solved and re-evaluated ahead of the bound's updates
 
 
 def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
-                   config: SolverConfig | None = None) -> tuple[Space, int]:
+                   config: SolverConfig | None = None) -> tuple[Space, int, np.ndarray]:
     """The space with each eligible layout's best split where it beats the even rule (module
-    docstring); returns the new space and how many layouts the split search solved."""
+    docstring); returns the new space, how many layouts the split search solved, and per row
+    a lower bound on the step time (seconds) of the layouts the search left unsolved because
+    they cannot reach the top K, although a split might lower their time (inf elsewhere: the
+    row's time is its best). The tie with the fastest (planner.search.ties) reads it: such a
+    row may belong to the tie, whose count is then a lower bound."""
     model = space.model
     uniform = pipeline.uniform_layers(model)
+    floor = np.full(len(space), np.inf)
     if not len(space) or (not uniform and pipeline.dense_prefix(model) is None):
-        return space, 0
+        return space, 0, floor
     k = space.knobs
     pinned = space.pin_mask(pins)
     mask = pinned & (k["pp"] > 1)
@@ -399,7 +404,7 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
         mask &= np.array([not s for s in k["stage_layers"]], dtype=bool)
     rows = np.flatnonzero(mask)
     if not len(rows):
-        return space, 0
+        return space, 0, floor
     step = np.asarray(space.columns["step_time_s"])
     eligible = pinned & space.fits
     kth = np.inf
@@ -410,10 +415,12 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
     # a row can gain only if its best whole-layer split beats the K-th best plan, and lowers
     # the slowest stage below its even split's (or the even split does not fit)
     slack = 1e-9 * np.maximum(step[rows], 1.0)
-    keep = (bound <= kth + slack) & (gains | ~space.fits[rows]) & (space.fits[rows] | can_fit)
+    may_gain = (gains | ~space.fits[rows]) & (space.fits[rows] | can_fit)
+    keep = (bound <= kth + slack) & may_gain
+    floor[rows[may_gain]] = bound[may_gain]  # the rows solved below are set back to inf
     cand, bound = rows[keep], bound[keep]
     if not len(cand):
-        return space, 0
+        return space, 0, floor
     # branch and bound: the candidates by bound, SPLIT_CHUNK at a time; each chunk's better
     # splits lower the K-th best step time, and the rows whose bound no longer beats it are
     # left (their split cannot reach the top K). The work is done SPLIT_WINDOW chunks ahead:
@@ -449,6 +456,7 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
                 break
             chunk = chunk[live]
             done += len(chunk)
+            floor[chunk] = np.inf
             new = {r: splits[r] for r in chunk.tolist() if r in splits}
             if not new:
                 continue
@@ -463,8 +471,8 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
             kth = best_k.update(idx[better & pinned[idx]])
         start = stop
     if not found:
-        return space, done
-    return _with_splits(space, found, costed), done
+        return space, done, floor
+    return _with_splits(space, found, costed), done, floor
 
 
 class _KthBest:

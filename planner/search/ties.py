@@ -51,6 +51,22 @@ def tie_group(space: Space, eligible: np.ndarray, best: int) -> np.ndarray:
     return np.asarray(eligible, dtype=bool) & overlaps_best(low, high, best)
 
 
+def may_join(space: Space, floor: np.ndarray, best: int, group: np.ndarray) -> np.ndarray:
+    """Boolean mask: rows outside the tie `group` whose lower bound on the step time (`floor`,
+    seconds: improve_splits' bound on a split it did not search; inf where the row's time is
+    its best) could put their band's low end at or under the fastest's high end. The band
+    scales with the step time (step_time_s x (1 - ranking_band)), so the row's relative low
+    end is applied to its bound."""
+    low, high = bands(space)
+    step = np.asarray(space.columns["step_time_s"], dtype=float)
+    floor = np.asarray(floor, dtype=float)
+    finite = np.isfinite(floor) & ~np.asarray(group, dtype=bool)
+    out = np.zeros(len(step), dtype=bool)
+    rows = np.flatnonzero(finite)
+    out[rows] = floor[rows] * (low[rows] / step[rows]) <= high[best]
+    return out
+
+
 def adverse_columns(space: Space, rows: np.ndarray, columns: dict[str, np.ndarray]
                     ) -> dict[str, np.ndarray] | None:
     """The band and uncertain-term columns of `columns` (the space's, _band_columns), the `rows`
