@@ -353,6 +353,32 @@ def term_diagnosis(frame: pd.DataFrame) -> pd.DataFrame:
                          "factor_needed": np.exp(coef)})
 
 
+def term_diagnosis_within(frame: pd.DataFrame, by: str = "source") -> pd.DataFrame:
+    """term_diagnosis with one intercept per `by` group: log(measured/predicted) ~ a_g +
+    sum_k c_k * share_k over the terms other than compute (the shares sum to 1, so compute is the
+    reference). exp(a_g) is group g's own level (its software's efficiency: the compute term's
+    factor there, `term` = g); 1 + c_k the factor term k needs relative to compute (a term off
+    by f_k against a level F adds log(1 + (f_k / F - 1) share_k) ~ (f_k / F - 1) share_k, as
+    term_split.py reads TP), read only from rows of one group that differ in share. A term
+    concentrated in one source (the pipeline bubble: 85% of its share is BLOOM's) otherwise
+    takes that source's bias as its own."""
+    timed = frame[(~frame["oom"]) & frame["rel_error"].notna()].copy()
+    cols = [c for c in TIME_COLUMNS if c in timed and c != "time_compute_s"
+            and timed[c].abs().sum() > 0]
+    groups = pd.get_dummies(timed[by]).astype(float)
+    if len(timed) < len(cols) + groups.shape[1] + 1:
+        return pd.DataFrame()
+    shares = timed[cols].div(timed["predicted_s"], axis=0)
+    x = pd.concat([groups, shares], axis=1).to_numpy()
+    y = np.log(timed["measured_s"] / timed["predicted_s"]).to_numpy()
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    names = [f"{by} {g}" for g in groups.columns] + cols
+    means = [float(groups[g].mean()) for g in groups.columns] + list(shares.mean(axis=0))
+    n_groups = groups.shape[1]
+    factors = np.concatenate([np.exp(coef[:n_groups]), 1.0 + coef[n_groups:]])
+    return pd.DataFrame({"term": names, "mean_share": means, "factor_needed": factors})
+
+
 def _fmt(table: pd.DataFrame) -> pd.DataFrame:
     t = table.copy()
     for col in ("median_err", "p90_err"):
@@ -1054,6 +1080,12 @@ def main(argv: list[str] | None = None) -> int:
         print(diag.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
         md += ["### term diagnosis (untuned rows)", "", "```",
                diag.to_string(index=False, float_format=lambda x: f"{x:.3f}"), "```", ""]
+        within = term_diagnosis_within(after[~after["source"].isin(tuned)])
+        title = ("term diagnosis within sources (one level per source; the terms' factors "
+                 "relative to compute)")
+        text = within.to_string(index=False, float_format=lambda x: f"{x:.3f}")
+        print(f"\n== {title} ==\n{text}")
+        md += [f"### {title}", "", "```", text, "```", ""]
     errors = after[after["error"].notna()]
     if len(errors):
         print(f"\n{len(errors)} rows could not be predicted, e.g. {errors.iloc[0]['error']}")

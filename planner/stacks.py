@@ -51,6 +51,8 @@ class StackRecipe(BaseModel):
         default=None, description="TP/SP collectives overlap their GEMMs.")
     p2p_overlap: bool | None = Field(
         default=None, description="Interleaved 1F1B overlaps its pipeline sends.")
+    p2p_scatter_gather: bool | None = Field(
+        default=None, description="Pipeline sends split over TP, all-gathered on receipt.")
     software: Literal["current", "deepspeed-2022", "megatron-2021"] | None = Field(
         default=None, description="Runtime memory recipe (JobSpec.software).")
 

@@ -441,7 +441,8 @@ def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _
         bubble = bubble + m * np.maximum(period - slow_mb, 0.0)
     crosses = None if one else np.ones(n_layouts, dtype=bool)  # a pool boundary: the network
     time_pp_comm = np.max([comm.pp_p2p_time(cl, model, x.tokens, x.tp, x.pp, x.dp, x.cp, x.vpp,
-                                            x.sp, m, slow_mb, job.p2p_overlap, crosses)
+                                            x.sp, m, slow_mb, job.p2p_overlap, crosses,
+                                            job.p2p_scatter_gather)
                            for cl in pools], axis=0)
 
     # DP communication and the optimizer step, on the stage holding the most parameters (of each
@@ -494,8 +495,8 @@ def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _
     def mem_at_peak(get: Any) -> np.ndarray:
         return at(per_stage(get), peak_stage) / GIB
 
-    send = np.max([comm.pp_send_time(cl, model, x.tokens, x.tp, x.pp, x.dp, x.cp, x.sp, crosses)
-                   for cl in pools], axis=0)
+    send = np.max([comm.pp_send_time(cl, model, x.tokens, x.tp, x.pp, x.dp, x.cp, x.sp, crosses,
+                                     job.p2p_scatter_gather) for cl in pools], axis=0)
     out = {
         "grad_accum": m.astype(np.int64),
         "global_batch": np.full(n_layouts, batch, dtype=np.int64),

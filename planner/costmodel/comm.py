@@ -289,24 +289,36 @@ def cp_stage_time(cluster: ClusterSpec, model, layers, tokens, tp, cp, recompute
 
 
 def pp_send_time(cluster: ClusterSpec, model, tokens, tp, pp, dp, cp, sp,
-                 crosses=None):
+                 crosses=None, scatter_gather: bool = False):
     """Seconds of one pipeline send: a micro-batch's (SP-sharded) 16-bit activation to the
-    next stage, across nodes when the PP group leaves the NVLink domain (or `crosses`)."""
-    p2p_bytes = tokens * model.hidden_size * 2 / np.where(sp, tp, 1.0)
+    next stage, across nodes when the PP group leaves the NVLink domain (or `crosses`).
+    `scatter_gather` (JobSpec.p2p_scatter_gather): without SP each TP rank sends only its 1/tp
+    of the tensor and the receiver all-gathers the whole over its TP group before using it
+    (DeepSpeed runtime/pipe/engine.py, PartitionedTensor over the slice-parallel group;
+    Megatron-LM's scatter_gather_tensors_in_pipeline, Narayanan 2021 sec. 4.1): a send of
+    1/tp, then that all-gather."""
+    act_bytes = tokens * model.hidden_size * 2
+    split = sp | (scatter_gather & (tp > 1))
+    p2p_bytes = act_bytes / np.where(split, tp, 1.0)
     if crosses is None:
         crosses = Group(cluster, pp, tp * cp * dp).crosses
-    return p2p_time(cluster, p2p_bytes, crosses)
+    send = p2p_time(cluster, p2p_bytes, crosses)
+    if not scatter_gather:
+        return send
+    gather = all_gather_time(Group(cluster, tp, 1), act_bytes)
+    return send + np.where(split & ~np.asarray(sp, dtype=bool), gather, 0.0)
 
 
 def pp_p2p_time(cluster: ClusterSpec, model, tokens, tp, pp, dp, cp, vpp, sp, m,
-                stage_mb_s, p2p_overlap: bool = True, crosses=None):
+                stage_mb_s, p2p_overlap: bool = True, crosses=None,
+                scatter_gather: bool = False):
     """Pipeline send/receive seconds per step, per layout: 2 sends per micro-batch chunk and per
     fill/drain hop. Interleaved 1F1B with overlap_p2p_comm runs the steady-state sends behind
     the next chunk's compute (a chunk = 1/vpp of the stage's micro-batch time, stage_mb_s);
     the pp - 1 fill and drain hops stay exposed. Plain 1F1B / GPipe block on every send
     (Megatron-Core). `crosses` overrides whether the sends leave the node (pools joined by the
-    network)."""
-    p2p_one = pp_send_time(cluster, model, tokens, tp, pp, dp, cp, sp, crosses)
+    network); `scatter_gather`: pp_send_time's."""
+    p2p_one = pp_send_time(cluster, model, tokens, tp, pp, dp, cp, sp, crosses, scatter_gather)
     chunk_s = stage_mb_s / vpp
     p2p_hidden = 2 * (pp - 1) * p2p_one + 2 * m * vpp * np.maximum(p2p_one - chunk_s, 0.0)
     p2p_blocking = 2 * (m * vpp + pp - 1) * p2p_one

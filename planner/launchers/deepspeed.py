@@ -301,6 +301,9 @@ def apply_recipe(imported: Imported, args: dict[str, Any]) -> None:
     # overlap; attention is unfused unless flash is asked for; 16-bit gradients
     imported.job["tp_comm_overlap"] = False
     imported.job["p2p_overlap"] = False
+    # under TP it sends each rank's 1/tp of an activation or gradient and all-gathers it on
+    # receipt (runtime/pipe/engine.py is_pipe_partitioned / is_grad_partitioned, v0.3-0.6)
+    imported.job["p2p_scatter_gather"] = True
     if imported.pins.get("pp", 1) > 1:
         imported.job["grad_overlap"] = False
     imported.job.setdefault("attention", "unfused")

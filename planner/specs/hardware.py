@@ -450,6 +450,16 @@ class JobSpec(BaseModel):
             "GPipe block on them)."
         ),
     )
+    p2p_scatter_gather: bool = Field(
+        default=False,
+        description=(
+            "Whether, without SP, each TP rank sends only its 1/tp share of a pipeline "
+            "activation or gradient and the receiver all-gathers it over TP (DeepSpeed's "
+            "PipelineEngine under TP: is_pipe_partitioned / is_grad_partitioned; Megatron-LM "
+            "before Megatron-Core: scatter_gather_tensors_in_pipeline). False: every TP rank "
+            "sends the whole tensor (Megatron-Core)."
+        ),
+    )
     attention: Literal["flash", "cudnn", "triton", "unfused"] = Field(
         default="flash",
         description=(

@@ -67,7 +67,8 @@ def expressible(launcher: str, job: JobSpec, layout: Layout,
     if launcher == "deepspeed":  # DeepSpeed's recipe: 16-bit grads, no overlaps, no interleave
         job = job.model_copy(update=dict(
             grad_dtype="half", grad_overlap=False, p2p_overlap=False, tp_comm_overlap=False,
-            attention="flash", precision="bf16" if job.precision == "fp8" else job.precision))
+            p2p_scatter_gather=True, attention="flash",
+            precision="bf16" if job.precision == "fp8" else job.precision))
         layout = Layout(**{**layout.as_dict(), "vpp": 1, "cp": 1, "dp": layout.dp * layout.cp,
                            "zero": min(layout.zero, 1) if layout.pp > 1 else layout.zero})
     if launcher == "torchtitan":  # FSDP2: ZeRO 0, 2, 3; bf16/fp8; FlashAttention-class kernels

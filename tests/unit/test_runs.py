@@ -140,10 +140,10 @@ def test_recipe_follows_the_framework():
     DeepSpeed keeps 16-bit grads, plus an fp32 accumulator with its BF16_Optimizer."""
     assert recipe_of("Megatron-DeepSpeed", "Precision not stated (pre BF16-optimizer).") == {
         "attention": "unfused", "grad_dtype": "half", "grad_overlap": False,
-        "p2p_overlap": False, "software": "deepspeed-2022"}
+        "p2p_overlap": False, "p2p_scatter_gather": True, "software": "deepspeed-2022"}
     assert recipe_of("Megatron-DeepSpeed", "BF16 with new BF16_Optimizer (fp32 grad ...)") == {
         "attention": "unfused", "grad_dtype": "half+fp32", "grad_overlap": False,
-        "p2p_overlap": False, "software": "deepspeed-2022"}
+        "p2p_overlap": False, "p2p_scatter_gather": True, "software": "deepspeed-2022"}
     assert recipe_of("Megatron-LM (commit 8aa4619, 2021)", "") == {
         "attention": "unfused", "grad_overlap": False, "p2p_overlap": False,
         "software": "megatron-2021"}
@@ -299,6 +299,10 @@ def test_source_cluster_network_reaches_the_runs():
     tp16 = next(r for r in dlperf if r.pins.get("tp") == 16)
     assert tp16.cluster.num_nodes == 2 and tp16.cluster.nics_per_gpu == 1 / 8
     assert tp16.with_gpu(load_gpu("V100-SXM2-32GB")).cluster.nics_per_gpu == 1 / 8
-    other = next(r for r in runs if r.source_id == "bloom_prequel")
+    # Jean Zay's A100 nodes: 4 Omni-Path links of 100 Gb/s, the bandwidth of 2 HDR-200 NICs
+    # (bigscience train/tr11-176B-ml/README.md "Hardware"), against the DGX A100's 8
+    bloom = next(r for r in runs if r.source_id == "bloom_prequel")
+    assert bloom.cluster.nics_per_node == 2 and bloom.cluster.nics_per_gpu == 2 / 8
+    other = next(r for r in runs if r.source_id == "dgxc_benchmarking")
     assert other.cluster.nics_per_node is None
     assert other.cluster.nics_per_gpu == other.cluster.gpu.nics_per_gpu
