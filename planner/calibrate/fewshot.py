@@ -283,7 +283,8 @@ def few_shot_fit(profile: GpuProfile, runs: Sequence[MeasuredRun], *, stack: Any
         own = bool((profile.sources or {}).get("gemm_efficiency")) and not (
             profile.curve_is_borrowed)
         prior = FewShotPrior.from_presets(own_curve=own)
-    base = stack.profile_for(profile) if stack is not None else profile
+    base = (stack.profile_for(profile, [r.job.precision for r in runs]) if stack is not None
+            else profile)
     fit_runs, fit_layouts, measured, notes = timed_runs(base, runs, layouts)
     knobs = _candidate_knobs(base, prior)
     stock = stock_values(base)
