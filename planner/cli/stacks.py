@@ -23,10 +23,12 @@ def _err(stats) -> str:
 
 
 def _only(factors) -> str:
-    """' (fp8 only)' where the factors hold for some precisions (StackFactors.precisions)."""
-    kinds = factors.precisions
-    return "" if not kinds or factors.holds_for(("bf16", "fp8")) else \
-        f" ({'/'.join(kinds)} only)"
+    """' (fp8 only)' or ' (16-bit only)' where the factors hold for one precision kind
+    (StackFactors.precisions, planner.stacks.precision_kind)."""
+    from planner.stacks import precision_kind
+
+    kinds = {precision_kind(p) for p in factors.precisions or ()}
+    return f" ({kinds.pop()} only)" if len(kinds) == 1 else ""
 
 
 @app.command("stacks")

@@ -141,3 +141,26 @@ def test_a_fit_records_its_precisions_and_a_written_preset_keeps_them():
     text = yaml.safe_dump(fitted.model_dump(mode="json", exclude_none=True), sort_keys=False)
     assert "precisions:\n  - fp8" in text
     assert StackPreset.model_validate(yaml.safe_load(text)).factors == fitted.factors
+
+
+def test_the_cli_inputs_apply_the_factors_for_the_jobs_precision():
+    """load_inputs (solve, estimate, explain, report) resolves the job's precision before the
+    stack's factors: --precision bf16 keeps the stock H100 profile, fp8 gets the layer pass."""
+    from planner.cli.options import PrecisionChoice, load_inputs
+
+    gpu = load_gpu("H100-SXM")
+    for choice, layer_us in ((PrecisionChoice.bf16, gpu.layer_overhead_us),
+                             (PrecisionChoice.fp8, gpu.layer_overhead_us + EXTRA_US)):
+        _model, cluster, job = load_inputs("llama8b", "8xH100", None, None, None,
+                                           precision=choice, stack=_fp8_only())
+        assert job.precision == choice.value
+        assert cluster.gpu.layer_overhead_us == pytest.approx(layer_us)
+
+
+def test_planner_stacks_marks_factors_of_one_kind():
+    from planner.cli.stacks import _only
+
+    assert _only(StackFactors(gemm_scale=1.8, precisions=["fp8"])) == " (fp8 only)"
+    assert _only(StackFactors(gemm_scale=0.65, precisions=["fp16"])) == " (16-bit only)"
+    assert _only(StackFactors(gemm_scale=1.1, precisions=["bf16", "fp8"])) == ""
+    assert _only(StackFactors(gemm_scale=1.1)) == ""
