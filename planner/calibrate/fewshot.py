@@ -274,9 +274,10 @@ def few_shot_fit(profile: GpuProfile, runs: Sequence[MeasuredRun], *, stack: Any
                  prior: FewShotPrior | None = None, max_knobs: int | None = None,
                  cross_validate: bool = True, predict: Any = predict_step_times) -> FewShotFit:
     """Fit `profile`, with `stack`'s factors applied first (a StackPreset, its factors where they
-    hold for every run's precision; None = the profile as it is), to the runs' measured step
-    times: only the knobs the runs identify, never more than runs - 1 (or `max_knobs`), MAP
-    with the prior. OOM labels and runs without a layout are left out with a note."""
+    hold for any run's precision, StackPreset.factors_for; None = the profile as it is), to the
+    runs' measured step times: only the knobs the runs identify, never more than runs - 1 (or
+    `max_knobs`), MAP with the prior. OOM labels and runs without a layout are left out with a
+    note."""
     from scipy.optimize import least_squares
 
     if prior is None:
