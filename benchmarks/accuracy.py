@@ -878,8 +878,8 @@ def sweep_prior_check(healthy_intra_gbs: float = 435.0) -> pd.DataFrame:
     high = np.array([(logged_intra_busbw(r) or 0.0) >= healthy_intra_gbs for r in runs])
     rows = []
     for label, preset in (("stock", nano), ("population", population_preset(nano, fitted, ""))):
-        pred = np.array([estimate_many(r.model, preset.cluster_for(r.cluster), r.job,
-                                       [r.layout])[0].step_time_s for r in runs])
+        pred = np.array([estimate_many(r.model, preset.cluster_for(r.cluster, r.job.precision),
+                                       r.job, [r.layout])[0].step_time_s for r in runs])
         err = pred / meas - 1
         for which, m in (("all", np.ones(len(runs), bool)), ("high intra mode", high)):
             rows.append({"factors": label, "runs": which, "n": int(m.sum()),

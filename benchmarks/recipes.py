@@ -68,7 +68,8 @@ def rank_recipe(run: MeasuredRun, measured_s: float) -> dict[str, Any]:
     from planner.stacks import resolve_stack
 
     preset = resolve_stack(run.stack)
-    cluster = run.cluster.model_copy(update={"gpu": preset.profile_for(run.cluster.gpu)})
+    cluster = run.cluster.model_copy(update={"gpu": preset.profile_for(run.cluster.gpu,
+                                                                       run.job.precision)})
     base = {"source": run.source_id, "run": run.run_id, "model": run.model.name,
             "gpu": run.cluster.gpu.name, "gpus": run.cluster.num_gpus, "stack": run.stack,
             "precision": run.job.precision, "measured_s": measured_s}

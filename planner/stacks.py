@@ -9,17 +9,19 @@ validated by StackPreset) holds
   overlap, memory extras) and the layout knobs it cannot change (e.g. no interleaving);
 - its efficiency factors on the GPU profiles (a GEMM scale and a host time per layer pass), each
   with provenance: the published runs it was fitted on, their count, the error left in and out of
-  sample. A preset with no runs behind it keeps the stock factors and says so.
+  sample. A preset with no runs behind it keeps the stock factors and says so. The factors hold
+  for the GPUs and precisions of their fit (StackPreset.factors_for); elsewhere they are stock.
 
     from planner.stacks import resolve_stack
     stack = resolve_stack("NeMo 24.07 (Megatron-Core)")      # StackPreset 'nemo'
     job = stack.job(job)                                      # recipe fields set
-    gpu = stack.apply(gpu)                                    # efficiency factors applied
+    gpu = stack.apply(gpu, job.precision)                     # efficiency factors applied
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from functools import cache
 from typing import Any, Literal
 
@@ -87,10 +89,24 @@ class StackMatch(BaseModel):
     priority: int = Field(description="Lower is tried first (specific stacks before general).")
 
 
+Precision = Literal["bf16", "fp16", "fp8"]  # JobSpec.precision
+
+
+def precision_kind(precision: str) -> str:
+    """The GEMM path a matmul precision runs: '16-bit' for bf16 and fp16 (the same tensor-core
+    GEMMs at the same peak from the A100 on, planner.measured.runs.precision_of, on the profile's
+    one gemm_efficiency curve, costmodel.compute.matmul_peak_and_curve), 'fp8' for fp8 (its own
+    curve, and Transformer Engine's per-layer scaling work in the layer pass)."""
+    return "fp8" if precision == "fp8" else "16-bit"
+
+
 class StackFactors(BaseModel):
     """Efficiency factors on a GPU profile. gemm_scale multiplies the BF16 and FP8 GEMM
     efficiency curves (capped at 1 per point); layer_overhead_us replaces the profile's host time
-    per layer pass (None keeps the profile's)."""
+    per layer pass (None keeps the profile's). `precisions`: the job precisions of the runs they
+    were fitted on; a job of another kind (precision_kind) gets stock factors
+    (StackPreset.factors_for). None: any precision (stock factors; presets written before the
+    field)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -99,6 +115,17 @@ class StackFactors(BaseModel):
     layer_overhead_us: float | None = Field(
         default=None, ge=0.0, le=1e5,
         description="Host time per layer and micro-batch pass, us (None: the profile's).")
+    precisions: list[Precision] | None = Field(
+        default=None, description="Job precisions of the runs the factors were fitted on "
+        "(None: any precision).")
+
+    def holds_for(self, precisions: Iterable[str]) -> bool:
+        """Whether the fit saw the GEMM path (precision_kind) of any of `precisions` (one job's,
+        or the runs one calibration fits a single profile to)."""
+        if self.precisions is None:
+            return True
+        seen = {precision_kind(p) for p in self.precisions}
+        return any(precision_kind(p) in seen for p in precisions)
 
 
 class ErrorStats(BaseModel):
@@ -209,30 +236,44 @@ class StackPreset(BaseModel):
         fields = self.recipe_fields(text, notes)
         return job.model_copy(update=fields) if fields else job
 
-    def factors_for(self, gpu_name: str, curve_is_borrowed: bool | None = None) -> StackFactors:
-        """The factors on this GPU: its class's own (gpu_factors) where the preset has them;
-        else, on a GPU whose GEMM curve is borrowed from another chip (GpuProfile.
-        curve_is_borrowed), the stock factors; else the transferable ones. The transferable
-        factors are fitted on own-curve GPUs only (stackfit.fit_stack_by_class) and are relative
-        to a chip's own curve, so they do not carry to a borrowed one either: nemo fitted on
-        dgxc's H100/GB200 runs and carried to Megatron-Bridge's GB300 (the GB200 curve) made
-        those runs +17.8% (stock +10.0%) and the source's held-out p90 21.3% (stock 17.7%).
-        `curve_is_borrowed` None: the built-in profile named `gpu_name` says."""
+    def factors_for(self, gpu_name: str, curve_is_borrowed: bool | None = None,
+                    precision: str | Iterable[str] | None = None) -> StackFactors:
+        """The factors on this GPU for a job of this matmul precision: its class's own
+        (gpu_factors) where the preset has them; else, on a GPU whose GEMM curve is borrowed from
+        another chip (GpuProfile.curve_is_borrowed), the stock factors; else the transferable
+        ones. The transferable factors are fitted on own-curve GPUs only (stackfit.
+        fit_stack_by_class) and are relative to a chip's own curve, so they do not carry to a
+        borrowed one either: nemo fitted on dgxc's H100/GB200 runs and carried to Megatron-
+        Bridge's GB300 (the GB200 curve) made those runs +17.8% (stock +10.0%) and the source's
+        held-out p90 21.3% (stock 17.7%). Likewise a precision whose GEMM path the factors' fit
+        never saw (StackFactors.holds_for) gets the stock factors: nemo fitted on Megatron-
+        Bridge's FP8-only runs carried its layer pass to dgxc's BF16 runs at +21.9% (issue 19).
+        `curve_is_borrowed` None: the built-in profile named `gpu_name` says. `precision`: the
+        job's (JobSpec.precision), or those of the runs one calibration fits a single profile to
+        (the factors are its start when they hold for any of them: dgxc's GB200 nemo group,
+        calibrated on 3 BF16/FP8 runs from stock instead, predicted its other 15 runs at 12.4% /
+        16.3% against 9.5% / 13.2%, `benchmarks/accuracy.py --few-shot 3`); None: any.
+        """
         from planner.published import gpu_class
 
         own = self.gpu_factors.get(gpu_class(gpu_name) or gpu_name)
-        if own is not None:
-            return own
-        if curve_is_borrowed is None:  # the built-in profile of that name says
-            from planner.registry import builtin_gpus
+        if own is None:
+            if curve_is_borrowed is None:  # the built-in profile of that name says
+                from planner.registry import builtin_gpus
 
-            gpu = next((g for g in builtin_gpus().values() if g.name == gpu_name), None)
-            curve_is_borrowed = gpu is not None and gpu.curve_is_borrowed
-        return StackFactors() if curve_is_borrowed else self.factors
+                gpu = next((g for g in builtin_gpus().values() if g.name == gpu_name), None)
+                curve_is_borrowed = gpu is not None and gpu.curve_is_borrowed
+            own = StackFactors() if curve_is_borrowed else self.factors
+        if precision is not None and not own.holds_for(
+                [precision] if isinstance(precision, str) else precision):
+            return StackFactors()
+        return own
 
-    def apply(self, profile: GpuProfile) -> GpuProfile:
-        """`profile` with this stack's efficiency factors (unchanged for stock factors)."""
-        f = self.factors_for(profile.name, profile.curve_is_borrowed)
+    def apply(self, profile: GpuProfile, precision: str | Iterable[str] | None = None,
+              ) -> GpuProfile:
+        """`profile` with this stack's efficiency factors for jobs of `precision` (factors_for;
+        unchanged for stock factors)."""
+        f = self.factors_for(profile.name, profile.curve_is_borrowed, precision)
         if f.gemm_scale == 1.0 and f.layer_overhead_us is None:
             return profile
         values: dict[str, float] = {"gemm_scale": f.gemm_scale, "fp8_gemm_scale": f.gemm_scale}
@@ -246,20 +287,22 @@ class StackPreset(BaseModel):
                                      f", layer pass {f.layer_overhead_us:.4g} us"))
         return out.model_copy(update={"sources": sources})
 
-    def profile_for(self, profile: GpuProfile) -> GpuProfile:
-        """The profile to predict this stack with: the factors applied to a built-in or measured
-        profile, none to one `planner calibrate` fitted (its fit already holds them)."""
+    def profile_for(self, profile: GpuProfile, precision: str | Iterable[str] | None = None,
+                    ) -> GpuProfile:
+        """The profile to predict this stack's jobs of `precision` with: the factors applied to
+        a built-in or measured profile (apply), none to one `planner calibrate` fitted (its fit
+        already holds them)."""
         if profile.provenance and profile.provenance.get("calibrated_by"):
             return profile
-        return self.apply(profile)
+        return self.apply(profile, precision)
 
-    def cluster_for(self, cluster: Any) -> Any:
+    def cluster_for(self, cluster: Any, precision: str | Iterable[str] | None = None) -> Any:
         """The cluster (or cluster of pools) with profile_for on every GPU profile it holds."""
         pools = getattr(cluster, "pools", None)
         if pools is None:
-            return cluster.model_copy(update={"gpu": self.profile_for(cluster.gpu)})
+            return cluster.model_copy(update={"gpu": self.profile_for(cluster.gpu, precision)})
         return cluster.model_copy(update={"pools": tuple(
-            p.model_copy(update={"gpu": self.profile_for(p.gpu)}) for p in pools)})
+            p.model_copy(update={"gpu": self.profile_for(p.gpu, precision)}) for p in pools)})
 
     def summary(self) -> dict[str, Any]:
         """JSON-able summary for `planner stacks --json`."""

@@ -273,17 +273,19 @@ def few_shot_fit(profile: GpuProfile, runs: Sequence[MeasuredRun], *, stack: Any
                  layouts: Sequence[Layout | None] | None = None,
                  prior: FewShotPrior | None = None, max_knobs: int | None = None,
                  cross_validate: bool = True, predict: Any = predict_step_times) -> FewShotFit:
-    """Fit `profile`, with `stack`'s factors applied first (a StackPreset; None = the profile as
-    it is), to the runs' measured step times: only the knobs the runs identify, never more than
-    runs - 1 (or `max_knobs`), MAP with the prior. OOM labels and runs without a layout are
-    left out with a note."""
+    """Fit `profile`, with `stack`'s factors applied first (a StackPreset, its factors where they
+    hold for any run's precision, StackPreset.factors_for; None = the profile as it is), to the
+    runs' measured step times: only the knobs the runs identify, never more than runs - 1 (or
+    `max_knobs`), MAP with the prior. OOM labels and runs without a layout are left out with a
+    note."""
     from scipy.optimize import least_squares
 
     if prior is None:
         own = bool((profile.sources or {}).get("gemm_efficiency")) and not (
             profile.curve_is_borrowed)
         prior = FewShotPrior.from_presets(own_curve=own)
-    base = stack.profile_for(profile) if stack is not None else profile
+    base = (stack.profile_for(profile, [r.job.precision for r in runs]) if stack is not None
+            else profile)
     fit_runs, fit_layouts, measured, notes = timed_runs(base, runs, layouts)
     knobs = _candidate_knobs(base, prior)
     stock = stock_values(base)

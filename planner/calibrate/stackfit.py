@@ -23,15 +23,21 @@ LAYER_OVERHEAD_MAX_US = 2e4  # 20 ms per layer pass: beyond any host overhead in
 
 def predict_with(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
                  ) -> np.ndarray:
-    """Step time (s) of each run on its own GPU profile with the preset's factors applied."""
+    """Step time (s) of each run on its own GPU profile with the preset's factors for the run's
+    precision applied."""
     out = np.empty(len(runs))
-    by_gpu: dict[int, list[int]] = {}
+    by_gpu: dict[tuple[int, str], list[int]] = {}
     for i, run in enumerate(runs):
-        by_gpu.setdefault(id(run.cluster.gpu), []).append(i)
-    for idx in by_gpu.values():
-        gpu = preset.apply(runs[idx[0]].cluster.gpu)
+        by_gpu.setdefault((id(run.cluster.gpu), run.job.precision), []).append(i)
+    for (_, precision), idx in by_gpu.items():
+        gpu = preset.apply(runs[idx[0]].cluster.gpu, precision)
         out[idx] = predict_step_times(gpu, [runs[i] for i in idx], [layouts[i] for i in idx])
     return out
+
+
+def precisions_of(runs: Sequence[MeasuredRun]) -> list[str]:
+    """The job precisions of the runs, sorted (StackFactors.precisions of a fit on them)."""
+    return sorted({r.job.precision for r in runs})
 
 
 def fit_stack_factors(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
@@ -39,7 +45,8 @@ def fit_stack_factors(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Lay
     """The preset with its GEMM scale (and layer overhead) fitted to the runs' measured step
     times; the runs' own GPU profiles are the base. The factors are set as the transferable ones
     and as the gpu_factors of every borrowed-curve class among the runs (StackPreset.factors_for
-    gives such a class stock factors otherwise), so they apply on every run's GPU."""
+    gives such a class stock factors otherwise), so they apply on every run's GPU, and they
+    record the runs' precisions (StackFactors.precisions: another precision kind keeps stock)."""
     from scipy.optimize import least_squares
 
     from planner.published import gpu_class
@@ -76,7 +83,8 @@ def fit_stack_factors(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Lay
     factors = fitted.factors.model_copy(update={
         "gemm_scale": round(fitted.factors.gemm_scale, 4),
         "layer_overhead_us": None if fitted.factors.layer_overhead_us is None
-        else round(fitted.factors.layer_overhead_us, 1)})
+        else round(fitted.factors.layer_overhead_us, 1),
+        "precisions": precisions_of(runs)})
     return placed(factors)
 
 
@@ -88,7 +96,8 @@ def fit_stack_by_class(preset, runs: Sequence[MeasuredRun], layouts: Sequence[La
     a GPU whose curve is borrowed from another chip fit `gpu_factors` of that GPU class only:
     there the factor also absorbs the borrowed curve's error (the Megatron-LM 2021 preset's 0.68
     on V100, which carried to A100 turned -15% into +32..+43% on held-out runs, issue 19). With
-    no run on an own-curve GPU the transferable factors stay the stock ones."""
+    no run on an own-curve GPU the transferable factors stay the stock ones. Each set of factors
+    records the precisions of its runs (fit_stack_factors)."""
     from planner.published import gpu_class
     from planner.stacks import StackFactors
 

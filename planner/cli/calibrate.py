@@ -109,7 +109,8 @@ def calibrate_cmd(runs: RunsOpt, profile: BaseProfileOpt, out: OutOpt, fit: FitO
             progress(f"fitting {gpu.name} to {len(measured)} runs"):
         if fit:
             names = [n.strip() for n in fit.split(",") if n.strip()]
-            result = calibrate(preset.profile_for(gpu), measured, names=names, cross_validate=cv)
+            base = preset.profile_for(gpu, [r.job.precision for r in measured])
+            result = calibrate(base, measured, names=names, cross_validate=cv)
         else:
             from planner.calibrate.fewshot import few_shot_fit
 

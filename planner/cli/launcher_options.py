@@ -93,7 +93,7 @@ def inputs(ctx: typer.Context, config: Path | None, model: str | None, cluster: 
     fields = {k: v for k, v in preset.recipe_fields(text).items() if k not in own}
     job = resolved.job.model_copy(update=fields) if fields else resolved.job
     cluster_spec = resolved.cluster.model_copy(
-        update={"gpu": preset.profile_for(resolved.cluster.gpu)})
+        update={"gpu": preset.profile_for(resolved.cluster.gpu, job.precision)})
     return resolved.model, cluster_spec, job, resolved.pins, resolved
 
 

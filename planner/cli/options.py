@@ -374,12 +374,13 @@ def load_inputs(model: str, cluster: str, profile: Path | None, seq_len: int | N
     model_spec = load_model(model)
     gpu = load_gpu(str(profile)) if profile is not None else None
     cluster_spec = (parse_cluster_or_pools if pools else parse_cluster)(cluster, profile=gpu)
-    cluster_spec = preset.cluster_for(cluster_spec)  # the stack's factors on every GPU
     job = preset.job(JobSpec(
         seq_len=seq_len or model_spec.seq_len,
         global_batch=global_batch or model_spec.global_batch,
         precision=precision.value,
     ), stack if isinstance(stack, str) else "")
+    # the stack's factors for the job's precision on every GPU
+    cluster_spec = preset.cluster_for(cluster_spec, job.precision)
     given = layout_pins(attention=attention, grad_dtype=grad_dtype,
                         tp_comm_overlap=tp_comm_overlap, p2p_overlap=p2p_overlap,
                         moe_dispatcher=moe_dispatcher, moe_capacity_factor=moe_capacity_factor,

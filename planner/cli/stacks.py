@@ -22,6 +22,15 @@ def _err(stats) -> str:
     return "-" if stats is None else f"{100 * stats.median:.1f}% / {100 * stats.p90:.1f}%"
 
 
+def _only(factors) -> str:
+    """' (fp8 only)' or ' (16-bit only)' where the factors hold for one precision kind
+    (StackFactors.precisions, planner.stacks.precision_kind)."""
+    from planner.stacks import precision_kind
+
+    kinds = {precision_kind(p) for p in factors.precisions or ()}
+    return f" ({kinds.pop()} only)" if len(kinds) == 1 else ""
+
+
 @app.command("stacks")
 def stacks_cmd(as_json: JsonOpt = False) -> None:
     """List the software-stack presets: recipe, efficiency factors (GEMM scale, host time per
@@ -46,11 +55,11 @@ def stacks_cmd(as_json: JsonOpt = False) -> None:
         recipe = " ".join(f"{k}={v}" for k, v in p.recipe.job_fields().items()) or "defaults"
         if p.layout_defaults:
             recipe += "; " + " ".join(f"{k}={v}" for k, v in p.layout_defaults.items())
-        gemm = f"{p.factors.gemm_scale:.3g}"
+        gemm = f"{p.factors.gemm_scale:.3g}" + _only(p.factors)
         layer = ("profile" if p.factors.layer_overhead_us is None
                  else f"{p.factors.layer_overhead_us:.0f}")
         for cls, f in p.gpu_factors.items():  # factors kept on one GPU class (borrowed curve)
-            gemm += f"; {cls} {f.gemm_scale:.3g}"
+            gemm += f"; {cls} {f.gemm_scale:.3g}{_only(f)}"
             layer += f"; {cls} " + ("profile" if f.layer_overhead_us is None
                                     else f"{f.layer_overhead_us:.0f}")
         table.add_row(
@@ -62,4 +71,5 @@ def stacks_cmd(as_json: JsonOpt = False) -> None:
     console.print(table)
     console.print("errors: median / p90 of |predicted / measured - 1| of step time; out of "
                   "sample: on the stack's other sources, or one model left out when it has one "
-                  "source (planner stacks --json says which)")
+                  "source (planner stacks --json says which). Factors fitted on some precisions "
+                  "only (bf16/fp16 count as one) are stock for the others.")

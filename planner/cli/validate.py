@@ -124,7 +124,7 @@ def validate_cmd(
                              global_batch=global_batch or spec.global_batch), stack or "")
     require_supported(spec, layout, job.global_batch, job.seq_len, backend)  # before torch
     gpu = load_gpu(str(profile)) if profile is not None else local_profile()
-    gpu = preset.profile_for(gpu) if gpu is not None else None
+    gpu = preset.profile_for(gpu, job.precision) if gpu is not None else None
     if not print_only and layout.num_gpus % nnodes == 0:  # refuse what this machine cannot hold
         from planner.validate.launch import check_machine
 
