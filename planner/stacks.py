@@ -291,8 +291,12 @@ class StackPreset(BaseModel):
                     ) -> GpuProfile:
         """The profile to predict this stack's jobs of `precision` with: the factors applied to
         a built-in or measured profile (apply), none to one `planner calibrate` fitted (its fit
-        already holds them)."""
+        already holds them) nor to one that carries a stack's factors already (apply's
+        sources['software_stack']: solve --calibrate --stack fitted from the cluster's profile,
+        which load_inputs had factored, and scaled its GEMMs twice)."""
         if profile.provenance and profile.provenance.get("calibrated_by"):
+            return profile
+        if "software_stack" in (profile.sources or {}):
             return profile
         return self.apply(profile, precision)
 

@@ -165,3 +165,23 @@ def test_planner_stacks_marks_factors_of_one_kind():
     assert _only(StackFactors(gemm_scale=0.65, precisions=["fp16"])) == " (16-bit only)"
     assert _only(StackFactors(gemm_scale=1.1, precisions=["bf16", "fp8"])) == ""
     assert _only(StackFactors(gemm_scale=1.1)) == ""
+
+
+def test_factors_are_not_applied_twice() -> None:
+    """A profile that already carries a stack's factors (load_inputs applied them to the
+    cluster's GPU) gets none again from profile_for: solve --calibrate --stack fitted from that
+    profile and multiplied nemo's GEMM scale in twice (0.633 -> 0.685 -> 0.742 at one curve
+    point). Checked against the stock profile scaled once by hand."""
+    from planner.registry import load_gpu
+    from planner.stacks import resolve_stack
+
+    nemo = resolve_stack("nemo")
+    stock = load_gpu("H100")
+    scale = nemo.factors_for(stock.name, stock.curve_is_borrowed, "bf16").gemm_scale
+    assert scale != 1.0
+    once = nemo.profile_for(stock, "bf16")
+    again = nemo.profile_for(once, "bf16")
+    assert again.gemm_efficiency == once.gemm_efficiency
+    for (_, e0), (_, e1) in zip(stock.gemm_efficiency.points, once.gemm_efficiency.points,
+                                strict=True):
+        assert e1 == pytest.approx(min(1.0, e0 * scale))
