@@ -171,15 +171,21 @@ def fitted_profiles(runs: Sequence[MeasuredRun], predictor: Predictor,
                     knobs: Sequence[str] = TUNE_KNOBS, log: Any = print,
                     ) -> tuple[dict[str, GpuProfile], dict[str, dict[str, float]]]:
     """Profiles fitted per GPU on the given (tuning) runs, and their siblings; and the fitted
-    knob values per GPU."""
+    knob values per GPU. A fit starts from the measured values (unfitted_profiles), as the
+    leave-one-source-out refit does, so its values are factors on the measured curves: a GEMM
+    scale refitted on a committed fit would leave the FP8 curve, which follows it
+    (specs.adjust.fp8_tied_values), where an earlier fit left it."""
     out: dict[str, GpuProfile] = {}
     values_of: dict[str, dict[str, float]] = {}
+    base = unfitted_profiles()
     for name, group in track(list(_timed_by_gpu(runs).items()), "fitting a profile per GPU"):
-        stock = group[0].cluster.gpu
-        layouts = _searched_layouts(group, stock, predictor)
+        committed = group[0].cluster.gpu
+        stock = base.get(name, committed)
+        layouts = _searched_layouts(group, committed, predictor)
         t0 = time.perf_counter()
         names = tuning_knobs(stock, knobs, len(group), _kernel_counts(group))
-        fit = calibrate(stock, group, layouts=layouts, names=names, cross_validate=False)
+        fit = calibrate(stock, [r.with_gpu(stock) for r in group], layouts=layouts, names=names,
+                        cross_validate=False)
         log(f"fitted {name} on {len(fit.runs)} runs in {time.perf_counter() - t0:.1f}s: "
             + ", ".join(f"{k}={fit.values[k]:.4g}" for k in fit.fitted)
             + f"; in-sample median error {np.median(np.abs(fit.err_before)):.1%} -> "
@@ -192,7 +198,8 @@ def fitted_profiles(runs: Sequence[MeasuredRun], predictor: Predictor,
         sibling = next((g for n, g in gpus.items() if n.startswith(small)), None)
         if fitted_name and sibling is not None and sibling.name not in out:
             # the chip's efficiencies carry over; latencies and HBM belong to the part/node
-            out[sibling.name] = apply_values(sibling, values_of[fitted_name])
+            out[sibling.name] = apply_values(base.get(sibling.name, sibling),
+                                             values_of[fitted_name])
             log(f"{sibling.name}: efficiencies of the {fitted_name} fit")
     return out, values_of
 
@@ -217,7 +224,8 @@ def write_stock_profile(path: Path, fitted: GpuProfile, values: dict[str, float]
 
     lines = path.read_text().splitlines()
     touched = {"gemm_efficiency"} if any(k.startswith("gemm_") for k in values) else set()
-    if "fp8_gemm_scale" in values or ("gemm_size_log2" in values and fitted.fp8_gemm_efficiency):
+    if fitted.fp8_gemm_efficiency and any(k in values for k in ("fp8_gemm_scale", "gemm_scale",
+                                                                 "gemm_size_log2")):
         touched.add("fp8_gemm_efficiency")
     touched |= {k for k in values if k in WRITABLE}
     out: list[str] = []
@@ -719,18 +727,22 @@ def _moe_summary(frame: pd.DataFrame) -> pd.DataFrame:
 # ---- leave one source out: the headline accuracy -----------------------------------------------
 
 # The measured values the stock profiles' fitted fields started from (their `sources` entries,
-# "shape and original value", docs/hardware.md 2.1): the top of the GEMM curve before the fit
-# and the attention efficiencies. A leave-one-source-out refit starts from these, so that the
-# left-out source's share of the committed fit is gone; siblings take their big part's revert.
-ORIGINAL_VALUES: dict[str, tuple[float, dict[str, float]]] = {
+# "shape and original value", docs/hardware.md 2.1): the top of the GEMM curve before the fit,
+# the top of the FP8 curve (None: no FP8 curve) and the attention efficiencies. A
+# leave-one-source-out refit starts from these, so that the left-out source's share of the
+# committed fit is gone; siblings take their big part's revert.
+ORIGINAL_VALUES: dict[str, tuple[float, float | None, dict[str, float]]] = {
     # Azure ND A100 v4 FP16 sweep 256.5 TFLOP/s at N=16384 / 312; FA2 179.5 / 312
-    "A100-SXM4-80GB": (256.5 / 312, {"attention_efficiency": 0.575, "layer_overhead_us": 0.0}),
-    # FP8 sweep 1382.2 / FP8 MAMF 1402.6 x BF16 MAMF fraction 0.803; FA2 327.9 / 989; FA3 0.75
-    "H100-SXM": (1382.2 / 1402.6 * 0.803, {"attention_efficiency": 0.332,
-                                           "fused_attention_efficiency": 0.75,
-                                           "layer_overhead_us": 0.0}),
-    # FP8 sweep 2906.9 / FP8 MAMF 3615.6 x BF16 MAMF fraction 0.729 (one knob was fitted)
-    "GB200-NVL72": (2906.9 / 3615.6 * 0.729, {"layer_overhead_us": 0.0}),
+    "A100-SXM4-80GB": (256.5 / 312, None,
+                       {"attention_efficiency": 0.575, "layer_overhead_us": 0.0}),
+    # FP8 sweep 1382.2 / FP8 MAMF 1402.6 x BF16 MAMF fraction 0.803; FP8 sweep 1382.2 / 1979;
+    # FA2 327.9 / 989; FA3 0.75
+    "H100-SXM": (1382.2 / 1402.6 * 0.803, 1382.2 / 1979,
+                 {"attention_efficiency": 0.332, "fused_attention_efficiency": 0.75,
+                  "layer_overhead_us": 0.0}),
+    # FP8 sweep 2906.9 / FP8 MAMF 3615.6 x BF16 MAMF fraction 0.729; FP8 sweep 2906.9 / 5000
+    # (one knob was fitted)
+    "GB200-NVL72": (2906.9 / 3615.6 * 0.729, 2906.9 / 5000, {"layer_overhead_us": 0.0}),
 }
 
 
@@ -739,14 +751,18 @@ def unfitted_profiles() -> dict[str, GpuProfile]:
     from (ORIGINAL_VALUES; siblings as their big part): what a fit without any source has."""
     gpus = {g.name: g for g in builtin_gpus().values()}
     out: dict[str, GpuProfile] = {}
-    for big, (top, values) in ORIGINAL_VALUES.items():
-        scale = top / gpus[big].gemm_efficiency.points[-1][1] if big in gpus else 1.0
-        parts = [gpus.get(big)] + [next((g for n, g in gpus.items() if n.startswith(small)),
-                                        None) for b, small in SIBLINGS if big.startswith(b)]
+    for big, (top, top8, values) in ORIGINAL_VALUES.items():
+        ref = gpus.get(big)
+        scale = top / ref.gemm_efficiency.points[-1][1] if ref else 1.0
+        # the FP8 curve back at its own measured top (a fit moves it with gemm_scale)
+        scale8 = top8 / ref.fp8_gemm_efficiency.points[-1][1] \
+            if ref and top8 and ref.fp8_gemm_efficiency else 1.0
+        parts = [ref] + [next((g for n, g in gpus.items() if n.startswith(small)), None)
+                         for b, small in SIBLINGS if big.startswith(b)]
         for gpu in parts:
             if gpu is not None:
-                vals = {"gemm_scale": scale, **{k: v for k, v in values.items()
-                                                if getattr(gpu, k, None) is not None}}
+                vals = {"gemm_scale": scale, "fp8_gemm_scale": scale8,
+                        **{k: v for k, v in values.items() if getattr(gpu, k, None) is not None}}
                 out[gpu.name] = apply_values(gpu, vals)
     return out
 
@@ -762,7 +778,8 @@ def flat_baseline(run: MeasuredRun, share: float = 0.5) -> float:
 
 def leave_one_source_out(runs: Sequence[MeasuredRun], predictor: Predictor,
                          knobs: Sequence[str] = TUNE_KNOBS, log: Any = print,
-                         stock_from: str = "tuned") -> pd.DataFrame:
+                         stock_from: str = "tuned",
+                         only: Sequence[str] | None = None) -> pd.DataFrame:
     """The headline accuracy: each source predicted by a model that never saw it. For every
     source S: the stock profiles refitted (from their measured values, unfitted_profiles) on the
     tuning sources other than S, the stack presets refitted (fit_stack_by_class) on the other
@@ -774,7 +791,8 @@ def leave_one_source_out(runs: Sequence[MeasuredRun], predictor: Predictor,
     leave knobs open are the search's on the committed profiles (one search per row; the open
     knobs barely move with the fit).
     `stock_from`: "tuned" fits the stock on TUNE_SOURCES (less S); "all" on every other source,
-    each source weighing alike (calibrate(per_source=True)): the middle of the software seen."""
+    each source weighing alike (calibrate(per_source=True)): the middle of the software seen.
+    `only`: leave out these sources only (default every one)."""
     from planner.calibrate.fit import predict_step_times
     from planner.calibrate.stackfit import fit_stack_by_class, predict_with
     from planner.stacks import StackFactors, resolve_stack
@@ -783,7 +801,7 @@ def leave_one_source_out(runs: Sequence[MeasuredRun], predictor: Predictor,
     base = unfitted_profiles()
     sources = sorted({r.source_id for r, _ in pairs})
     out = []
-    for held in sources:
+    for held in [s for s in sources if only is None or s in only]:
         t0 = time.perf_counter()
         pool = TUNE_SOURCES if stock_from == "tuned" else sources
         tune = [s for s in pool if s != held]

@@ -276,7 +276,8 @@ class StackPreset(BaseModel):
         f = self.factors_for(profile.name, profile.curve_is_borrowed, precision)
         if f.gemm_scale == 1.0 and f.layer_overhead_us is None:
             return profile
-        values: dict[str, float] = {"gemm_scale": f.gemm_scale, "fp8_gemm_scale": f.gemm_scale}
+        # gemm_scale moves the FP8 curve too (specs.adjust.fp8_tied_values)
+        values: dict[str, float] = {"gemm_scale": f.gemm_scale}
         if f.layer_overhead_us is not None:
             values["layer_overhead_us"] = max(f.layer_overhead_us, 0.0)
         out = apply_values(profile, values)

@@ -183,12 +183,9 @@ def _theta_bounds(knob: Knob) -> tuple[float, float]:
 
 
 def _values(knobs: Sequence[Knob], theta: dict[str, float]) -> dict[str, float]:
-    """Knob values of theta; the GEMM scale moves the BF16 and FP8 curves together (a stack's
-    kernels and fusions, as StackPreset.apply)."""
-    out = {k.name: _from_theta(k, theta[k.name]) for k in knobs if k.name in theta}
-    if "gemm_scale" in out:
-        out["fp8_gemm_scale"] = out["gemm_scale"]
-    return out
+    """Knob values of theta; the GEMM scale moves the BF16 and FP8 curves together
+    (apply_values: specs.adjust.fp8_tied_values)."""
+    return {k.name: _from_theta(k, theta[k.name]) for k in knobs if k.name in theta}
 
 
 def _gradients(base: GpuProfile, knobs: Sequence[Knob], theta: dict[str, float],

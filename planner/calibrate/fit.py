@@ -174,9 +174,13 @@ def fit_values(profile: GpuProfile, runs: Sequence[MeasuredRun], layouts: Sequen
     result = least_squares(residuals, x0, bounds=(np.zeros(len(act)), np.ones(len(act))),
                            loss="soft_l1", f_scale=ROBUST_SCALE, diff_step=1e-3, x_scale=1.0,
                            max_nfev=200 * (len(act) + 1))
-    values = {k.name: stock[k.name] for k in knobs}
+    fitted = [k.name for k in act]
+    # an FP8 scale not fitted (not asked, or no FP8 run moves it) follows the GEMM scale
+    # (specs.adjust.fp8_tied_values), as it did inside the fit
+    values = {k.name: stock[k.name] for k in knobs
+              if not (k.name == "fp8_gemm_scale" and "gemm_scale" in fitted)}
     values.update(values_of(result.x))
-    return values, [k.name for k in act]
+    return values, fitted
 
 
 def _robust_cost(r: np.ndarray) -> float:

@@ -24,6 +24,10 @@ def test_unfitted_profiles_are_the_measured_values():
     h100 = base["H100-SXM"]
     assert h100.gemm_efficiency.points[-1][1] == pytest.approx(1382.2 / 1402.6 * 0.803, rel=1e-3)
     assert h100.fused_attention_efficiency == pytest.approx(0.75)
+    # the FP8 curves at their own sweep's top (a fit moves them with gemm_scale)
+    assert h100.fp8_gemm_efficiency.points[-1][1] == pytest.approx(1382.2 / 1979, rel=1e-3)
+    assert base["GB200-NVL72"].fp8_gemm_efficiency.points[-1][1] == pytest.approx(
+        2906.9 / 5000, rel=1e-3)
     # the sibling takes its big part's revert: the same ratio on its own curve
     from planner.registry import load_gpu
 
@@ -31,6 +35,26 @@ def test_unfitted_profiles_are_the_measured_values():
     ratio = (256.5 / 312) / load_gpu("A100-SXM4-80GB").gemm_efficiency.points[-1][1]
     assert base["A100-SXM4-40GB"].gemm_efficiency.points[-1][1] == pytest.approx(
         min(1.0, a40.gemm_efficiency.points[-1][1] * ratio), rel=1e-3)
+
+
+@pytest.mark.parametrize(("gpu", "peak16", "peak8", "mamf16", "mamf8"), [
+    ("H100-SXM", 989, 1979, 794.5, 1402.6), ("GB200-NVL72", 2500, 5000, 1822.0, 3615.6)])
+def test_a_fitted_gemm_scale_keeps_the_measured_fp8_over_bf16_ratio(gpu, peak16, peak8, mamf16,
+                                                                     mamf8):
+    """FP8 over BF16 GEMM throughput at the curves' top is the chip's measured MAMF ratio
+    (stas00/ml-engineering, docs/hardware.md 2.1: H100 1402.6 / 794.5 = 1.77, GB200
+    3615.6 / 1822 = 1.98) before a fit and after any GEMM scale (0.733: H100 fitted on
+    llm-foundry's BF16 runs, dgxc held out)."""
+    from planner.specs.adjust import apply_values
+
+    def ratio(p):
+        return p.fp8_gemm_efficiency.points[-1][1] * peak8 / (
+            p.gemm_efficiency.points[-1][1] * peak16)
+
+    base = acc.unfitted_profiles()[gpu]
+    assert ratio(base) == pytest.approx(mamf8 / mamf16, rel=2e-3)
+    assert ratio(apply_values(base, {"gemm_scale": 0.733})) == pytest.approx(mamf8 / mamf16,
+                                                                             rel=2e-3)
 
 
 def test_flat_baseline_by_hand():

@@ -242,3 +242,42 @@ def test_a_profile_without_fused_attention_calibrates_one_attention_rate():
     refit = apply_values(hopper, {"fused_attention_efficiency": 0.6})
     assert refit.fused_attention_efficiency == 0.6
     assert apply_values(hopper, {}).fused_attention_efficiency == 0.7
+
+
+def test_a_gemm_scale_fitted_on_bf16_runs_moves_the_fp8_curve():
+    """A machine whose GEMMs reach 0.8 of both measured H100 curves (BF16 and FP8 given
+    explicitly, so the truth does not lean on the tie): gemm_scale fitted on its BF16 runs alone
+    predicts its FP8 runs, because the FP8 curve follows it (specs.adjust.fp8_tied_values).
+    Left at the benchmark, the FP8 GEMMs would be 1 / 0.8 = 1.25x too fast."""
+    base = load_gpu("H100-SXM")
+    true = apply_values(base, {"gemm_scale": 0.8, "fp8_gemm_scale": 0.8})
+    cluster = ClusterSpec(gpu=base, num_nodes=1, gpus_per_node=8)
+
+    def runs_of(precision):
+        job = JobSpec(seq_len=2048, global_batch=32, precision=precision)
+        out, lays = [], []
+        for hidden in (2048, 4096):
+            for tp in (1, 2, 4):
+                layout = Layout(tp=tp, dp=8 // tp, mbs=2, zero=1)
+                run = MeasuredRun(f"{precision}:{len(out)}", "synthetic", _model(hidden),
+                                  cluster, job, layout.as_dict(), 1.0)
+                t = float(predict_step_times(true, [run], [layout])[0])
+                out.append(dataclasses.replace(run, measured_step_time_s=t))
+                lays.append(layout)
+        return out, lays
+
+    bf16, bf16_lay = runs_of("bf16")
+    fp8, fp8_lay = runs_of("fp8")
+    fit = calibrate(base, bf16, layouts=bf16_lay, names=["gemm_scale"], cross_validate=False)
+    assert fit.fitted == ["gemm_scale"]
+    assert fit.values["gemm_scale"] == pytest.approx(0.8, abs=0.01)
+    top8 = base.fp8_gemm_efficiency.points[-1][1]
+    assert fit.profile.fp8_gemm_efficiency.points[-1][1] == pytest.approx(
+        fit.values["gemm_scale"] * top8, rel=1e-9)
+    measured = np.array([r.measured_step_time_s for r in fp8])
+    pred = predict_step_times(fit.profile, fp8, fp8_lay)
+    assert np.max(np.abs(pred / measured - 1)) < 0.01
+    # the untied FP8 curve (fp8_gemm_scale given as 1) is what the fit used to leave: every FP8
+    # run too fast (by less than 25%: the LM head stays BF16, attention and the layer pass too)
+    untied = apply_values(base, {"gemm_scale": fit.values["gemm_scale"], "fp8_gemm_scale": 1.0})
+    assert np.all(predict_step_times(untied, fp8, fp8_lay) / measured - 1 < -0.02)
