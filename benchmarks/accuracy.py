@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from planner.calibrate.fit import calibrate
+from planner.calibrate.fit import RUNS_PER_KNOB, calibrate
 from planner.costmodel.memory import MEM_REL_ERROR
 from planner.errors import InfeasibleError, PlannerError, run_script
 from planner.layout import Layout
@@ -52,7 +52,6 @@ TUNE_SOURCES = ("dgxc_benchmarking", "llmfoundry_mpt_bench")
 # quirks (the size shift ran to its bound) and made the held-out error worse.
 TUNE_KNOBS = ("gemm_scale", "attention_efficiency", "fused_attention_efficiency",
               "layer_overhead_us")
-RUNS_PER_KNOB = 20  # a GPU with n tuning runs fits the first n // 20 knobs (at least one)
 # Same chip, other memory or packaging: a fit of the first serves the second.
 SIBLINGS = (("A100-SXM4-80GB", "A100-SXM4-40GB"), ("GB200", "B200"), ("H100-SXM", "H200"),
             ("V100-SXM2-16GB", "V100-SXM2-32GB"))

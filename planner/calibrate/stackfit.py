@@ -3,8 +3,8 @@
 One GEMM scale and one host time per layer pass, shared by every GPU the runs used (each run
 predicted on its own GPU profile with the factors applied through StackPreset.apply, the path
 `--stack` takes). Robust least squares (soft-L1 at the same 5% log scale as planner.calibrate).
-Where the runs cannot separate the two (their estimates' correlation beyond
-MAX_KNOB_CORRELATION) one knob is fitted, the one that predicts held-out runs better
+Where the runs cannot separate the two (too few for their estimates' correlation,
+MIN_SEPARATING_RUNS) one knob is fitted, the one that predicts held-out runs better
 (choose_knobs). benchmarks/accuracy.py --stacks fits the presets with it, split by source.
 """
 
@@ -15,19 +15,25 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from planner.calibrate.fit import ROBUST_SCALE, predict_step_times
+from planner.calibrate.fit import ROBUST_SCALE, RUNS_PER_KNOB, predict_step_times
 from planner.layout import Layout
 from planner.measured.runs import MeasuredRun
 
 GEMM_SCALE_BOUNDS = (0.3, 2.0)  # a stack 3x slower or 2x faster than the stock profiles' GEMMs
 LAYER_OVERHEAD_MAX_US = 2e4  # 20 ms per layer pass: beyond any host overhead in the table
-# Two knobs are fitted together only while the correlation of their estimates stays within this:
-# |r| = 0.9487 is a variance inflation factor 1 / (1 - r^2) of 10, the usual bound past which
-# collinearity makes least-squares estimates unreliable (Kutner, Nachtsheim, Neter, Applied
-# Linear Regression Models, 4th ed., sec. 10.5). Measured at the stock factors on the committed
-# fit groups: maxtext 0.72, pytorch-fsdp 0.75, megatron-deepspeed 0.85, nemo's own-curve GPUs
-# 0.91; DLPerf's 18 V100 runs 0.977 and nemo's 22 GB300 runs 0.979 are beyond it.
-MAX_KNOB_CORRELATION = 0.9487
+# Two knobs are fitted together only where the runs separate them: the variance of each estimate
+# grows as VIF / n, VIF = 1 / (1 - r^2) the variance inflation factor of their correlation r
+# (knob_correlation). Both are fitted while n / VIF, the runs' count discounted by it, is at
+# least 2 x RUNS_PER_KNOB / 10: the 20 runs per knob the profile fits ask for
+# (planner.calibrate.fit), at VIF 10, the usual bound past which collinearity makes
+# least-squares estimates unreliable (Kutner, Nachtsheim, Neter, Applied Linear Regression
+# Models, 4th ed., sec. 10.5). Measured at the stock factors on the committed fit groups, n / VIF:
+# nemo's own-curve GPUs 261 x (1 - 0.913^2) = 43, pytorch-fsdp 216 x (1 - 0.751^2) = 94,
+# megatron-deepspeed 113 x (1 - 0.846^2) = 32, maxtext 35 x (1 - 0.721^2) = 16.8, nemo on
+# Megatron-Bridge's own-curve runs alone (a leave-one-source-out fold) 49 x (1 - 0.951^2) = 4.7;
+# beyond: DLPerf's 18 V100 runs 18 x (1 - 0.977^2) = 0.82, nemo's 22 GB300 runs 0.91.
+MAX_VIF = 10.0
+MIN_SEPARATING_RUNS = 2 * RUNS_PER_KNOB / MAX_VIF
 
 
 def predict_with(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
@@ -159,18 +165,21 @@ def _folds(runs: Sequence[MeasuredRun]) -> list[np.ndarray]:
 
 def choose_knobs(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
                  ) -> tuple[tuple[str, ...], str]:
-    """The knobs the runs can fit, and why. Both (KNOBS) where the runs separate them: the
-    correlation of the two estimates (knob_correlation, at the stock factors) within
-    MAX_KNOB_CORRELATION. Beyond it one knob: the one whose fits predict the held-out folds
-    (each source left out, or each model where there is one source) with the smaller median
-    error; the GEMM scale where there are fewer than two folds."""
+    """The knobs the runs can fit, and why. Both (KNOBS) where the runs separate them: their
+    count discounted by the variance inflation of the two estimates' correlation r
+    (knob_correlation, at the stock factors), n (1 - r^2), at least MIN_SEPARATING_RUNS.
+    Below it one knob: the one whose fits predict the held-out folds (each source left out, or
+    each model where there is one source) with the smaller median error; the GEMM scale where
+    there are fewer than two folds."""
     r = knob_correlation(preset, runs, layouts)
-    if abs(r) <= MAX_KNOB_CORRELATION:
-        return KNOBS, f"both knobs (estimates' correlation {r:+.3f})"
+    n_sep = len(runs) * (1.0 - r * r)
+    stat = f"{len(runs)} runs x (1 - {r:.3f}^2) = {n_sep:.2f}"
+    if n_sep >= MIN_SEPARATING_RUNS:
+        return KNOBS, f"both knobs ({stat})"
     folds = _folds(runs)
-    head = (f"one knob: the estimates' correlation {r:+.3f} is beyond "
-            f"{MAX_KNOB_CORRELATION}, the runs cannot separate the GEMM scale from the "
-            "layer-pass overhead")
+    head = (f"one knob: {stat} < {MIN_SEPARATING_RUNS:g} (20 runs per knob at a variance "
+            "inflation of 10), the runs cannot separate the GEMM scale from the layer-pass "
+            "overhead")
     if len(folds) < 2:
         return KNOBS[:1], f"{head}; {KNOBS[0]} (fewer than two folds to choose by)"
     meas = np.array([x.measured_step_time_s for x in runs], dtype=float)
