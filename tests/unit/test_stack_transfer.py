@@ -62,9 +62,13 @@ def test_a_factor_fitted_on_a_borrowed_curve_stays_on_its_gpu_class():
 
 
 def test_committed_preset_keeps_the_v100_factor_off_other_gpus():
+    """The V100 class has its own factor, one knob (DLPerf's runs cannot separate the two:
+    stackfit.choose_knobs, test_stack_knobs), and no other GPU gets it."""
     preset = resolve_stack("megatron-lm-2021")
     assert preset.factors_for("A100-SXM4-80GB") == StackFactors()
-    assert preset.factors_for("V100-SXM2-16GB").gemm_scale < 0.85
+    v100 = preset.factors_for("V100-SXM2-16GB")
+    assert v100 != StackFactors()
+    assert (v100.gemm_scale != 1.0) != (v100.layer_overhead_us is not None)
 
 
 def test_transferable_factors_do_not_carry_to_a_borrowed_curve():
