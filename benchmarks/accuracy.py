@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from planner.calibrate.fit import calibrate
+from planner.calibrate.fit import RUNS_PER_KNOB, calibrate
 from planner.costmodel.memory import MEM_REL_ERROR
 from planner.errors import InfeasibleError, PlannerError, run_script
 from planner.layout import Layout
@@ -52,7 +52,6 @@ TUNE_SOURCES = ("dgxc_benchmarking", "llmfoundry_mpt_bench")
 # quirks (the size shift ran to its bound) and made the held-out error worse.
 TUNE_KNOBS = ("gemm_scale", "attention_efficiency", "fused_attention_efficiency",
               "layer_overhead_us")
-RUNS_PER_KNOB = 20  # a GPU with n tuning runs fits the first n // 20 knobs (at least one)
 # Same chip, other memory or packaging: a fit of the first serves the second.
 SIBLINGS = (("A100-SXM4-80GB", "A100-SXM4-40GB"), ("GB200", "B200"), ("H100-SXM", "H200"),
             ("V100-SXM2-16GB", "V100-SXM2-32GB"))
@@ -469,8 +468,9 @@ def fit_stacks(runs: Sequence[MeasuredRun], predictor: Predictor, log: Any = pri
             "method": "benchmarks/accuracy.py --stacks: planner.calibrate.stackfit."
                       "fit_stack_by_class (soft-L1 least squares of log step time; GEMM scale "
                       "and layer-pass overhead shared by the GPUs whose GEMM curve is their "
-                      "own, kept per GPU class where the curve is borrowed from another chip) "
-                      "on planner/data/published_runs.csv",
+                      "own, kept per GPU class where the curve is borrowed from another chip; "
+                      "one of the two where the runs cannot separate them, stackfit."
+                      "choose_knobs) on planner/data/published_runs.csv",
             "in_sample": ErrorStats(**{k: round(v, 4) if isinstance(v, float) else v
                                        for k, v in _stats(ins).items()}),
             "out_of_sample": ErrorStats(**{k: round(v, 4) if isinstance(v, float) else v
@@ -478,14 +478,15 @@ def fit_stacks(runs: Sequence[MeasuredRun], predictor: Predictor, log: Any = pri
             if has_oos.any() else None,
             "out_of_sample_how": how if has_oos.any() else "",
             "date": date,
-            "note": f"out of the box (stock factors) median {np.median(np.abs(box)):.1%}, "
-                    f"p90 {np.quantile(np.abs(box), 0.9):.1%}",
+            "note": f"{full.provenance.note}; out of the box (stock factors) median "
+                    f"{np.median(np.abs(box)):.1%}, p90 {np.quantile(np.abs(box), 0.9):.1%}",
         })
         fitted[name] = full.model_copy(update={"provenance": prov})
         log(f"{name}: {len(srs)} runs, " + "; ".join(
-            f"{cls} gemm x{f.gemm_scale:.3f}, layer pass {f.layer_overhead_us or 0:.0f} us"
+            f"{cls} gemm x{f.gemm_scale:.3f}, layer pass "
+            + ("the profile's" if f.layer_overhead_us is None else f"{f.layer_overhead_us:.0f} us")
             for cls, f in (("transferable", full.factors), *full.gpu_factors.items()))
-            + f" ({time.perf_counter() - t0:.0f}s)")
+            + f" ({time.perf_counter() - t0:.0f}s)\n  {full.provenance.note}")
         for source in sources:
             m = np.array([r.source_id == source for r in srs])
             o = oos[m & has_oos]

@@ -104,6 +104,8 @@ def job_label(gpu: GpuProfile, job: JobSpec) -> str:
         recipe.append(f"{job.attention} attention")
     if job.grad_dtype != "auto":
         recipe.append(f"grads {job.grad_dtype}")
+    if job.grad_reduce_dtype != "auto":
+        recipe.append(f"grads reduced {job.grad_reduce_dtype}")
     # the MoE recipe where it is not the default (dense jobs leave these at their defaults)
     if job.moe_dispatcher != "alltoall":
         recipe.append(f"{job.moe_dispatcher} dispatcher")

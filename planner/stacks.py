@@ -43,6 +43,9 @@ class StackRecipe(BaseModel):
         default=None, description="Attention kernel (JobSpec.attention).")
     grad_dtype: Literal["auto", "half", "fp32", "half+fp32"] | None = Field(
         default=None, description="Gradient bytes per parameter (JobSpec.grad_dtype).")
+    grad_reduce_dtype: Literal["auto", "half", "fp32"] | None = Field(
+        default=None, description="Gradient width the DP reduction sends "
+        "(JobSpec.grad_reduce_dtype).")
     grad_overlap: bool | None = Field(
         default=None, description="DP gradient reduction overlaps the backward.")
     param_gather_overlap: bool | None = Field(

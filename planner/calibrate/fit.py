@@ -30,6 +30,9 @@ ROBUST_SCALE = 0.05
 PRIOR_WEIGHT = 0.02
 SENSITIVITY_STEP = 0.25  # unit-box step (a quarter of the range) for the frozen-parameter test
 MIN_SENSITIVITY = 1e-4  # |d log t| below which a parameter does not move any run
+# Runs per fitted parameter: benchmarks/accuracy.py fits a GPU profile's first n // 20 knobs on
+# its n tuning runs (at least one), stackfit a preset's two knobs on at least 2 x 20 runs' worth.
+RUNS_PER_KNOB = 20
 
 
 # ---- predictions --------------------------------------------------------------------------------

@@ -359,7 +359,7 @@ def dp_and_optimizer_time(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, 
     dense parameters reduce over the DP x CP group, expert parameters over the expert-DP group.
     One home for the plain model (_assemble) and for each pool of a cluster of pools."""
     pd_h, pe_h = at(state.p_dense, heavy), at(state.p_expert, heavy)
-    grad_w = memory.grad_reduce_bytes(x.zero, job.grad_dtype)
+    grad_w = memory.grad_reduce_bytes(x.zero, job.grad_dtype, job.grad_reduce_dtype)
     unit = at(state.unit, heavy)
     dp_group = comm.Group(cluster, state.d_dense, x.tp)
     per_step, per_mb, gather = comm.dp_traffic_time(dp_group, pd_h, x.zero, grad_w, unit,

@@ -96,8 +96,21 @@ GRAD_RECIPES: dict[str, tuple[float | None, float, float]] = {
 }
 
 
-def grad_reduce_bytes(zero, grad_dtype: str = "auto"):
-    """Bytes per gradient element the DP reduction sends (fp32 when an fp32 buffer exists)."""
+# Bytes per element of the DP gradient reduction when JobSpec.grad_reduce_dtype names it (auto:
+# the gradient recipe's reduced buffer, grad_reduce_bytes). Megatron-LM @ 8aa4619 (Mar 2021)
+# megatron/model/distributed.py allreduce_params flattens each param dtype's .grad and casts
+# to fp32 only `if fp32_allreduce`, which megatron/arguments.py leaves off (--fp32-allreduce,
+# store_true): the fp16 model's gradients go as 2 B, while the fp32 main grads of
+# FP16OptimizerWithFP16Params (the memory's 4 B) are filled after the reduction.
+GRAD_REDUCE_WIDTH = {"half": 2.0, "fp32": 4.0}
+
+
+def grad_reduce_bytes(zero, grad_dtype: str = "auto", reduce_dtype: str = "auto"):
+    """Bytes per gradient element the DP reduction sends: `reduce_dtype`'s width
+    (JobSpec.grad_reduce_dtype), or for "auto" the recipe's reduced buffer (fp32 when an fp32
+    buffer exists, GRAD_RECIPES)."""
+    if reduce_dtype != "auto":
+        return np.full(np.shape(zero), GRAD_REDUCE_WIDTH[reduce_dtype])
     width, extra, _ = GRAD_RECIPES[grad_dtype]
     if extra:
         return np.full(np.shape(zero), extra)

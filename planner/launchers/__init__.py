@@ -26,6 +26,7 @@ from planner.launchers.common import (
     Imported,
     LaunchPlan,
     model_from_shape,
+    unexported_job_fields,
     unexported_model_fields,
     with_warnings,
 )
@@ -64,7 +65,8 @@ def export_plan(launcher: str, plan: LaunchPlan, form: str | None = None) -> Exp
         result = module(launcher).export(plan, form=form)
     else:
         result = module(launcher).export(plan)
-    return with_warnings(result, unexported_model_fields(plan.model))
+    return with_warnings(result, unexported_model_fields(plan.model)
+                         + unexported_job_fields(plan.job))
 
 
 def detect(text: str, path: str) -> str:

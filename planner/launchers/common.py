@@ -96,6 +96,18 @@ def unexported_model_fields(model: ModelSpec) -> list[str]:
     return out
 
 
+def unexported_job_fields(job: JobSpec) -> list[str]:
+    """What of the job no export writes: a DP reduction width named apart from the gradients'
+    (JobSpec.grad_reduce_dtype). The launchers' switches set the gradient buffer and its
+    reduction together (Megatron-Core grad_reduce_in_fp32 / --grad-reduce-in-bf16, grad_dtype);
+    Megatron-LM 2021's --fp32-allreduce is gone from today's Megatron-LM (not in d98e8a6)."""
+    if job.grad_reduce_dtype == "auto":
+        return []
+    return [f"grad_reduce_dtype {job.grad_reduce_dtype} is not written: the launcher reduces "
+            "the gradients in their buffer's dtype (grad_dtype); the prediction assumed "
+            f"{job.grad_reduce_dtype} in the DP reduction"]
+
+
 def with_warnings(result: Export, warnings: list[str]) -> Export:
     """`result` with more warnings, each also a '# WARNING:' comment line at the top of its
     text (after a '#!' line)."""

@@ -405,6 +405,16 @@ class JobSpec(BaseModel):
             "half+fp32: 2 B plus an unsharded 4 B fp32 accumulator (DeepSpeed BF16_Optimizer)."
         ),
     )
+    grad_reduce_dtype: Literal["auto", "half", "fp32"] = Field(
+        default="auto",
+        description=(
+            "Width of the gradients the data-parallel reduction sends, apart from how they are "
+            "kept (grad_dtype sets the memory). auto: the recipe's reduced buffer (4 B when an "
+            "fp32 gradient buffer exists, else 2 B: Megatron-Core reduces its grad buffer in "
+            "place); half: 2 B (Megatron-LM 2021 local DDP all-reduces the 16-bit .grad unless "
+            "--fp32-allreduce; DeepSpeed communication_data_type fp16/bf16); fp32: 4 B."
+        ),
+    )
     grad_overlap: bool = Field(
         default=True,
         description=(

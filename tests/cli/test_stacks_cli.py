@@ -27,15 +27,18 @@ def test_stacks_json_lists_every_preset_with_provenance():
 
 def test_stacks_show_a_factor_kept_on_one_gpu_class():
     """megatron-lm-2021's factor was fitted on V100 only (a borrowed GEMM curve): the table and
-    the JSON show it on its class, and the transferable factor is the stock one."""
+    the JSON show it on its class, and the transferable factor is the stock one. It is one knob
+    (the layer-pass overhead: DLPerf's runs cannot separate two, stackfit.choose_knobs)."""
     rows = {r["name"]: r for r in json.loads(_planner("stacks", "--json").stdout)}
     v100 = rows["megatron-lm-2021"]["gpu_factors"]["V100-SXM2"]
-    assert v100["gemm_scale"] < 0.85 and rows["megatron-lm-2021"]["factors"]["gemm_scale"] == 1.0
+    assert rows["megatron-lm-2021"]["factors"]["gemm_scale"] == 1.0
+    assert v100["gemm_scale"] == 1.0 and v100["layer_overhead_us"] > 0
     import os
 
     out = subprocess.run([sys.executable, "-m", "planner", "stacks"], capture_output=True,
                          text=True, timeout=120, env={**os.environ, "COLUMNS": "250"})
-    assert out.returncode == 0 and "V100-SXM2 0.65" in out.stdout
+    assert out.returncode == 0
+    assert f"V100-SXM2 {v100['layer_overhead_us']:.0f}" in out.stdout
 
 
 def test_stack_text_and_name_give_the_same_estimate():

@@ -194,3 +194,58 @@ def test_default_stack_attention_is_te_choice_per_gpu():
         peak = gpu.peak_flops("bf16")
         expected = core / peak * (1 / gpu.attention_efficiency - 1 / gpu.fused_attention_efficiency)
         assert flash.time_compute_s - default.time_compute_s == pytest.approx(expected, rel=1e-6)
+
+
+def _small_gpt():
+    """2 layers, h 1024, 16 heads, GeLU 4h, vocabulary 8192 tied, learned positions (2048),
+    LayerNorm and biases: P = 12 l h^2 + 13 l h + (V + s) h + 2 h (the final LayerNorm)
+    = 25,165,824 + 26,624 + 10,485,760 + 2,048 = 35,680,256, below one 40M-element bucket."""
+    return gpt3_175b(num_hidden_layers=2, hidden_size=1024, num_attention_heads=16,
+                     intermediate_size=4096, vocab_size=8192, tie_word_embeddings=True)
+
+
+def test_megatron_2021_all_reduces_16_bit_gradients_by_hand():
+    """Megatron-LM @ 8aa4619 (DLPerf's commit) local DDP flattens the fp16 .grad and all-reduces
+    it after the backward, in fp32 only with --fp32-allreduce (off: megatron/model/
+    distributed.py allreduce_params, megatron/arguments.py). On one node of 8 flat GPUs
+    (100 GB/s, negligible latency), dp 8, ZeRO 0, the preset's recipe (no overlap): one ring
+    all-reduce of 2 B x P = 71,360,512 bytes, 2 x 71,360,512 x 7/8 / 100e9 = 1.2488 ms, all of
+    it exposed; the fp32 main grads (4 B, the memory's) would send twice that."""
+    from planner.stacks import resolve_stack
+
+    model = _small_gpt()
+    p = 12 * 2 * 1024**2 + 13 * 2 * 1024 + (8192 + 2048) * 1024 + 2 * 1024
+    assert p == 35_680_256 and model.num_params == p
+    gpu = flat_gpu(memory_gib=1000)
+    lo = Layout(tp=1, pp=1, dp=8, mbs=1, zero=0, recompute="full", sp=False)
+    stack = resolve_stack("megatron-lm-2021")
+    half = stack.job(job(model, global_batch=8, precision="fp16"))
+    assert half.grad_reduce_dtype == "half" and not half.grad_overlap
+    est = estimate(model, cluster(gpu, 8), half, lo)
+    assert est.time_dp_comm_exposed_s == pytest.approx(2 * (2 * p) * 7 / 8 / 100e9, rel=1e-9)
+    assert est.time_dp_comm_exposed_s == pytest.approx(1.2488e-3, rel=1e-4)
+    fp32 = estimate(model, cluster(gpu, 8), half.model_copy(update={"grad_reduce_dtype": "fp32"}),
+                    lo)
+    assert fp32.time_dp_comm_exposed_s == pytest.approx(2 * (4 * p) * 7 / 8 / 100e9, rel=1e-9)
+    # "auto" is the recipe's reduced buffer: Megatron's fp32 main grads at ZeRO 0, 4 B
+    auto = estimate(model, cluster(gpu, 8), half.model_copy(update={"grad_reduce_dtype": "auto"}),
+                    lo)
+    assert auto.time_dp_comm_exposed_s == pytest.approx(fp32.time_dp_comm_exposed_s)
+    # the payload only: the memory (fp32 main grads beside the 16-bit .grad) is the same
+    for col in ("mem_weights_gb", "mem_grads_gb", "mem_optimizer_gb", "mem_activations_gb",
+                "mem_other_gb", "peak_mem_gb"):
+        assert getattr(est, col) == getattr(auto, col)
+    assert est.mem_grads_gb == pytest.approx((4 + 2) * p / GIB)  # fp32 main + fp16 .grad
+
+
+@pytest.mark.parametrize("grad_dtype,zero,width", [
+    ("auto", 0, 4.0), ("auto", 2, 2.0), ("half", 0, 2.0), ("fp32", 3, 4.0),
+    ("half+fp32", 1, 4.0),  # BF16_Optimizer reduces its fp32 accumulator
+])
+def test_grad_reduce_width_follows_the_recipe_unless_named(grad_dtype, zero, width):
+    """JobSpec.grad_reduce_dtype auto: the recipe's reduced buffer; half / fp32 name it."""
+    from planner.costmodel import memory
+
+    assert memory.grad_reduce_bytes(zero, grad_dtype) == width
+    assert memory.grad_reduce_bytes(zero, grad_dtype, "half") == 2.0
+    assert memory.grad_reduce_bytes(zero, grad_dtype, "fp32") == 4.0

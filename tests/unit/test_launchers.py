@@ -149,6 +149,20 @@ def test_what_a_launcher_cannot_express_is_warned_and_commented():
         assert f"# WARNING: {warning}" in ds.text
 
 
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_reduction_width_no_launcher_writes_is_warned(launcher):
+    """JobSpec.grad_reduce_dtype (the megatron-lm-2021 stack's fp16 all-reduce) has no switch
+    apart from the gradient buffer's dtype in any launcher: every export says so; auto, nothing."""
+    job = JobSpec(seq_len=2048, global_batch=64, precision="fp16")
+    lay = Layout(tp=8, pp=1, dp=2, mbs=1, zero=0, recompute="none")
+    plain = export_plan(launcher, plan("gpt3-175b", "2x8xA100", job, lay))
+    assert not any("grad_reduce_dtype" in w for w in plain.warnings)
+    half = export_plan(launcher, plan("gpt3-175b", "2x8xA100",
+                                      job.model_copy(update={"grad_reduce_dtype": "half"}), lay))
+    [warning] = [w for w in half.warnings if "grad_reduce_dtype half" in w]
+    assert f"# WARNING: {warning}" in half.text
+
+
 # ---- golden: Megatron-LM examples/gpt3/train_gpt3_175b_distributed.sh ----
 # tests/data/launchers/train_gpt3_175b_distributed.sh is the file of NVIDIA/Megatron-LM at
 # d98e8a64ddf3 (last changed in 779c5b748dbc, 2026-07-10). Its layout: TP 8, PP 16, micro-batch 1,

@@ -137,7 +137,8 @@ def test_validate_records(tmp_path):
 
 def test_recipe_follows_the_framework():
     """Rules by framework: Megatron-DeepSpeed 2022 and Megatron-LM 2021 predate flash attention;
-    DeepSpeed keeps 16-bit grads, plus an fp32 accumulator with its BF16_Optimizer."""
+    DeepSpeed keeps 16-bit grads, plus an fp32 accumulator with its BF16_Optimizer; Megatron-LM
+    2021's local DDP all-reduces the fp16 .grad (--fp32-allreduce off)."""
     assert recipe_of("Megatron-DeepSpeed", "Precision not stated (pre BF16-optimizer).") == {
         "attention": "unfused", "grad_dtype": "half", "grad_overlap": False,
         "p2p_overlap": False, "p2p_scatter_gather": True, "software": "deepspeed-2022"}
@@ -145,8 +146,8 @@ def test_recipe_follows_the_framework():
         "attention": "unfused", "grad_dtype": "half+fp32", "grad_overlap": False,
         "p2p_overlap": False, "p2p_scatter_gather": True, "software": "deepspeed-2022"}
     assert recipe_of("Megatron-LM (commit 8aa4619, 2021)", "") == {
-        "attention": "unfused", "grad_overlap": False, "p2p_overlap": False,
-        "software": "megatron-2021"}
+        "attention": "unfused", "grad_reduce_dtype": "half", "grad_overlap": False,
+        "p2p_overlap": False, "software": "megatron-2021"}
     assert recipe_of("NeMo Megatron 24.11 (Megatron-Core)", "") == {
         "attention": "cudnn", "tp_comm_overlap": True}
     assert recipe_of("Megatron-Bridge / NeMo 26.06 (Megatron-Core)", "") == {

@@ -48,7 +48,8 @@ def test_a_factor_fitted_on_a_borrowed_curve_stays_on_its_gpu_class():
     runs = _runs("megatron-lm-2021", "V100-SXM2-16GB")
     assert len(runs) >= 10
     base = resolve_stack("megatron-lm-2021")
-    fitted = fit_stack_by_class(base, list(runs), [r.layout for r in runs], fit_overhead=False)
+    fitted = fit_stack_by_class(base, list(runs), [r.layout for r in runs],
+                                knobs=("gemm_scale",))
     assert fitted.factors == StackFactors()
     v100 = fitted.gpu_factors["V100-SXM2"]
     assert v100.gemm_scale < 0.85  # DLPerf's V100 runs are slower than the borrowed A100 curve
@@ -61,9 +62,13 @@ def test_a_factor_fitted_on_a_borrowed_curve_stays_on_its_gpu_class():
 
 
 def test_committed_preset_keeps_the_v100_factor_off_other_gpus():
+    """The V100 class has its own factor, one knob (DLPerf's runs cannot separate the two:
+    stackfit.choose_knobs, test_stack_knobs), and no other GPU gets it."""
     preset = resolve_stack("megatron-lm-2021")
     assert preset.factors_for("A100-SXM4-80GB") == StackFactors()
-    assert preset.factors_for("V100-SXM2-16GB").gemm_scale < 0.85
+    v100 = preset.factors_for("V100-SXM2-16GB")
+    assert v100 != StackFactors()
+    assert (v100.gemm_scale != 1.0) != (v100.layer_overhead_us is not None)
 
 
 def test_transferable_factors_do_not_carry_to_a_borrowed_curve():
