@@ -7,7 +7,6 @@ must recover it, and pick the knob the runs were made with."""
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import cache
 
 import numpy as np
 import pytest
@@ -22,17 +21,7 @@ from planner.calibrate.stackfit import (
     predict_with,
 )
 from planner.stacks import StackFactors, resolve_stack
-
-
-@cache
-def _runs(stack: str, gpu: str, every: int = 1) -> tuple:
-    """Timed published runs of a stack on one GPU whose layout the table states in full."""
-    from planner.measured.runs import load_table
-
-    runs, _ = load_table()
-    out = [r for r in runs if r.stack == stack and r.cluster.gpu.name == gpu
-           and r.measured_step_time_s and r.layout is not None]
-    return tuple(out[::every])
+from tests.unit.test_stack_transfer import _runs
 
 
 def _stock(name: str):
