@@ -619,6 +619,10 @@ def read_args(args: dict[str, Any], imported: Imported) -> Imported:
         job["grad_dtype"] = "half"
     elif _flag(args, "--accumulate-allreduce-grads-in-fp32"):
         job["grad_dtype"] = "fp32"
+    if _flag(args, "--fp32-allreduce"):
+        # Megatron-LM before Megatron-Core (e.g. 8aa4619, megatron/model/distributed.py
+        # allreduce_params): the 16-bit .grad is cast to fp32 for the DP all-reduce only
+        job["grad_reduce_dtype"] = "fp32"
     if "--num-layers" in args and pins.get("tp"):
         job["grad_overlap"] = _flag(args, "--overlap-grad-reduce")
         job["tp_comm_overlap"] = _flag(args, "--tp-comm-overlap")

@@ -390,6 +390,20 @@ def test_megatron_default_ffn_follows_megatrons_rule():
     assert ffn("--num-layers 2 --hidden-size 4096 --num-attention-heads 32 --swiglu") == 10880
 
 
+def test_megatron_2021_fp32_allreduce_is_read_as_the_reduction_width():
+    """Megatron-LM 2021's --fp32-allreduce casts the fp16 gradients to fp32 for the DP all-reduce
+    only (8aa4619 distributed.py): the reduction's width, not the gradient buffer's; a script
+    without it keeps auto (Megatron-LM 2021's fp16 all-reduce is the stack's recipe)."""
+    from planner.launchers.common import Imported
+    from planner.launchers.megatron import read_args
+
+    base = "--num-layers 2 --hidden-size 256 --num-attention-heads 4 --fp16"
+    job = read_args(parse_args_text(base + " --fp32-allreduce"), Imported("megatron", "x")).job
+    assert job.get("grad_reduce_dtype") == "fp32" and "grad_dtype" not in job
+    plain = read_args(parse_args_text(base), Imported("megatron", "x")).job
+    assert "grad_reduce_dtype" not in plain
+
+
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_attention_variants_no_export_writes_are_warned(launcher):
     """gpt-oss-120b's sinks and sliding windows and Qwen3's q/k norms are not launcher
