@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -138,10 +139,7 @@ def tuning_knobs(profile: GpuProfile, knobs: Sequence[str], n_runs: int,
 
 def _kernel_counts(runs: Sequence[MeasuredRun]) -> dict[str, int]:
     """Runs per attention kernel (JobSpec.attention)."""
-    out: dict[str, int] = {}
-    for run in runs:
-        out[run.job.attention] = out.get(run.job.attention, 0) + 1
-    return out
+    return dict(Counter(run.job.attention for run in runs))
 
 
 def _timed_by_gpu(runs: Sequence[MeasuredRun]) -> dict[str, list[MeasuredRun]]:
@@ -878,13 +876,13 @@ def unfitted_prior_table(per_run: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def sweep_prior_check(healthy_intra_gbs: float = 435.0) -> pd.DataFrame:
+def sweep_prior_check(healthy_intra_gbs: float | None = None) -> pd.DataFrame:
     """The same question on data no preset was fitted on: the nanotron sweep
     (planner/data/sweeps, the nanotron preset has no runs) predicted with stock factors and with
     the typical stack's (population_preset of the fitted presets), all runs and the runs whose
-    logged intra-node all-reduce is in the high mode (benchmarks/nanotron_floor.py: >= 435 GB/s).
+    logged intra-node all-reduce is in the high mode (ranking.LO_INTRA_GBS unless given).
     One row per (factors, runs): median / p90 absolute and signed median error."""
-    from ranking import SWEEPS_DIR, load_all, logged_intra_busbw
+    from ranking import LO_INTRA_GBS, SWEEPS_DIR, load_all, logged_intra_busbw
 
     from planner.costmodel import estimate_many
     from planner.stacks import builtin_stacks, resolve_stack
@@ -894,7 +892,8 @@ def sweep_prior_check(healthy_intra_gbs: float = 435.0) -> pd.DataFrame:
     fitted = [p for p in builtin_stacks().values() if p.fitted]
     nano = resolve_stack("nanotron")
     meas = np.array([r.measured_step_time_s for r in runs])
-    high = np.array([(logged_intra_busbw(r) or 0.0) >= healthy_intra_gbs for r in runs])
+    floor = LO_INTRA_GBS if healthy_intra_gbs is None else healthy_intra_gbs
+    high = np.array([(logged_intra_busbw(r) or 0.0) >= floor for r in runs])
     rows = []
     for label, preset in (("stock", nano), ("population", population_preset(nano, fitted, ""))):
         pred = np.array([estimate_many(r.model, preset.cluster_for(r.cluster, r.job.precision),

@@ -37,13 +37,19 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from accuracy import Predictor
-from ranking import SWEEPS_DIR, build_groups, frameworks_of, load_all, logged_intra_busbw
+from ranking import (
+    LO_INTRA_GBS,
+    SWEEPS_DIR,
+    build_groups,
+    frameworks_of,
+    load_all,
+    logged_intra_busbw,
+)
 
 from planner.costmodel import estimate_many
 from planner.errors import run_script
 
 SWEEP = SWEEPS_DIR / "nanotron_sweep_dev.csv"
-LO_INTRA_GBS = 435.0  # bimodal: hi 439-462 GB/s, lo 400-432 (and 11 runs below 400)
 WINDOW_BYTES = 256 * 2**20 * 4  # measure_bandwidth: 256M fp32 elements per call
 WINDOW_CALLS = 10
 NODE_GPUS = 8

@@ -413,6 +413,9 @@ def logged_allreduce_busbw(run: MeasuredRun) -> float | None:
 
 
 _INTRA_LOGGED = re.compile(r"intra-node AR=([0-9.]+)")
+# the sweep's logged intra-node all-reduce busbw is bimodal: hi 439-462 GB/s, lo 400-432 (and 11
+# runs below 400); runs at or above this are in the high mode (benchmarks/nanotron_floor.py)
+LO_INTRA_GBS = 435.0
 
 
 def logged_intra_busbw(run: MeasuredRun) -> float | None:

@@ -96,6 +96,20 @@ def unexported_model_fields(model: ModelSpec) -> list[str]:
     return out
 
 
+# JobSpec.attention -> Megatron-Core's AttnBackend (megatron/core/transformer/enums.py), which
+# Megatron-LM's --attention-backend and NeMo / Megatron-Bridge's attention_backend name; there is
+# no Triton FlashAttention backend, so "triton" goes out as flash (with a warning)
+MCORE_ATTENTION_BACKEND = {"flash": "flash", "cudnn": "fused", "unfused": "unfused",
+                           "triton": "flash"}
+
+
+def mcore_attention_backend(attention: str, warnings: list[str]) -> str:
+    """The AttnBackend name of a JobSpec.attention kind; warns where it is not the same kernel."""
+    if attention == "triton":
+        warnings.append("attention triton (FlashAttention in Triton) is exported as flash")
+    return MCORE_ATTENTION_BACKEND[attention]
+
+
 def unexported_job_fields(job: JobSpec) -> list[str]:
     """What of the job no export writes: a DP reduction width named apart from the gradients'
     (JobSpec.grad_reduce_dtype). The launchers' switches set the gradient buffer and its

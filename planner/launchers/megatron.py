@@ -21,13 +21,13 @@ from planner.launchers.common import (
     LaunchPlan,
     apply_chunks,
     as_int,
+    mcore_attention_backend,
     unknown_keys,
 )
 
 NAME = "megatron"
 KEYS = "megatron_lm"
 SOURCE = "NVIDIA/Megatron-LM megatron/training/arguments.py @ d98e8a64ddf3 (2026-08-22)"
-ATTENTION_BACKEND = {"flash": "flash", "cudnn": "fused", "unfused": "unfused"}  # AttnBackend enum
 NORMALIZATION = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}  # --normalization choices
 POSITION = {"rope": "rope", "learned": "learned_absolute", "none": "none", "alibi": None}
 
@@ -232,9 +232,7 @@ def layout_args(plan: LaunchPlan, warnings: list[str]) -> list[tuple[str, Any]]:
             "flag at this commit (TransformerConfig.cpu_offloading is not on the command line); "
             "set cpu_offloading=True, cpu_offloading_activations=True in a YAML config")
     args += precision_args(plan, warnings)
-    if job.attention == "triton":  # Megatron has no Triton FlashAttention backend
-        warnings.append("attention triton (FlashAttention in Triton) is exported as flash")
-    args.append(("--attention-backend", ATTENTION_BACKEND.get(job.attention, "flash")))
+    args.append(("--attention-backend", mcore_attention_backend(job.attention, warnings)))
     if job.tp_comm_overlap:
         args.append(("--tp-comm-overlap", True))
     if lay.vpp > 1 and not job.p2p_overlap:

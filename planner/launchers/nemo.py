@@ -37,6 +37,7 @@ from planner.launchers.common import (
     LaunchPlan,
     as_bool,
     as_int,
+    mcore_attention_backend,
     select_functions,
     unknown_keys,
     walk_in_order,
@@ -48,7 +49,6 @@ SOURCE = ("NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/training/config.py @ 
           "(2026-08-22)")
 MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed",
                    "fp8": "bf16_with_fp8_current_scaling_mixed"}
-ATTENTION_BACKEND = {"flash": "flash", "cudnn": "fused", "unfused": "unfused"}
 # the fields of Megatron-LM megatron/training/models/gpt.py GPTModelConfig @ d98e8a64ddf3 (the
 # base of Bridge's BridgeGPTModelConfig): at `model.`; every other model field is
 # TransformerConfig's, at `model.transformer.`
@@ -125,9 +125,7 @@ def overrides(plan: LaunchPlan, warnings: list[str]) -> dict[str, dict[str, Any]
         if lay.pp > 1:
             warnings.append("Megatron-Core's cpu_offloading refuses pipeline parallelism "
                             "(TransformerConfig check); this layout needs another offload path")
-    if job.attention == "triton":  # Megatron-Core has no Triton FlashAttention backend
-        warnings.append("attention triton (FlashAttention in Triton) is exported as flash")
-    model["attention_backend"] = ATTENTION_BACKEND.get(job.attention, "flash")
+    model["attention_backend"] = mcore_attention_backend(job.attention, warnings)
     ddp: dict[str, Any] = {
         "use_distributed_optimizer": lay.zero >= 1 and lay.zero < 2,
         "use_megatron_fsdp": lay.zero >= 2,

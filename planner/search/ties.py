@@ -59,12 +59,9 @@ def may_join(space: Space, floor: np.ndarray, best: int, group: np.ndarray) -> n
     end is applied to its bound."""
     low, high = bands(space)
     step = np.asarray(space.columns["step_time_s"], dtype=float)
-    floor = np.asarray(floor, dtype=float)
-    finite = np.isfinite(floor) & ~np.asarray(group, dtype=bool)
-    out = np.zeros(len(step), dtype=bool)
-    rows = np.flatnonzero(finite)
-    out[rows] = floor[rows] * (low[rows] / step[rows]) <= high[best]
-    return out
+    # inf (a row whose time is its best) stays inf and cannot join
+    reach = np.asarray(floor, dtype=float) * (low / step) <= high[best]
+    return reach & ~np.asarray(group, dtype=bool)
 
 
 def adverse_columns(space: Space, rows: np.ndarray, columns: dict[str, np.ndarray]
