@@ -9,7 +9,11 @@ source, device memory (what nvidia-smi shows) checked on others.
 2. Check: the published runs whose `peak_mem_gb` is an nvidia-smi reading (bloom_prequel,
    dlperf_megatron_v100; none of them is used by the fit): device_mem_gb against it, and the
    runs that ran but would be refused (peak beyond the memory band of the capacity).
-Numbers are reported in docs/accuracy.md "Device memory".
+3. Runs that ran (issue 19 "no run that ran refused"): every dense published run that ran with
+   its parallel degrees stated (tp, pp, dp, cp, vpp, mbs), at the recompute it states (none
+   where unstated), flagged when the estimate calls it "may not fit" or "does not fit", or
+   needs a heavier recompute than that to fit (fit_check; --fit-rows lists them).
+Numbers are reported in docs/accuracy.md "Device memory" and "Runs that ran".
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from planner.costmodel.memory import (
     MEM_REL_ERROR,
     RESERVE_PER_ACTIVATION_GIB,
     nccl_communicator_gib,
+    near_capacity,
 )
 from planner.errors import PlannerError
+from planner.layout import Layout
 from planner.measured.runs import PUBLISHED_RUNS_CSV, load_table
 from planner.stacks import resolve_stack
 
@@ -126,12 +132,101 @@ def device_check(path: Path = PUBLISHED_RUNS_CSV) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+STATED = ("tp", "pp", "dp", "cp", "vpp", "mbs")  # the degrees a run must state to be checked
+LEVELS = ("none", "selective", "full")  # recompute, lightest first
+
+
+def _completions(pins: dict) -> list[dict]:
+    """The knobs a run leaves open, completed: zero 0 or 1 (Megatron DDP or its distributed
+    optimizer; ZeRO-2/3 and FSDP rows state their stage), sp off or on where tp > 1. The check
+    keeps the completion with the smallest peak (the recipe gets the benefit of the doubt)."""
+    zeros = [pins["zero"]] if "zero" in pins else ([0, 1] if pins["dp"] * pins["cp"] > 1
+                                                    else [0])
+    sps = [pins["sp"]] if "sp" in pins else ([False, True] if pins["tp"] > 1 else [False])
+    return [{"zero": z, "sp": s} for z in zeros for s in sps]
+
+
+def fit_check(path: Path = PUBLISHED_RUNS_CSV) -> tuple[pd.DataFrame, int]:
+    """Every dense run that ran with its degrees stated (STATED): the smallest predicted peak
+    (GiB) at the recompute it states (none where unstated) over the completions of its open
+    knobs, its status against the usable capacity (fits; tight: "may not fit" below the line;
+    over: "may not fit" above it, which the search leaves out; refused: "does not fit", beyond
+    the memory band) and the lightest recompute that fits (peak <= capacity). flagged: status
+    not "fits" or a heavier recompute needed. Returns the frame and the runs left unchecked
+    (a degree unstated)."""
+    runs, _ = load_table(path)
+    rows, unchecked = [], 0
+    for run in runs:
+        if run.oom or run.model.is_moe:
+            continue
+        pins = dict(run.pins)
+        if pins.get("pp", 1) == 1:
+            pins.setdefault("vpp", 1)
+        if any(k not in pins for k in STATED):
+            unchecked += 1
+            continue
+        stated = pins.get("recompute")
+        levels = list(LEVELS) + ([stated] if stated and stated not in LEVELS else [])
+        layouts = [Layout(**{k: pins[k] for k in STATED}, ep=pins.get("ep", 1), recompute=r,
+                          stage_layers=run.stage_layers, **c)
+                   for r in levels for c in _completions(pins)]
+        layouts = [lo for lo in layouts
+                   if not layout_violations(run.model, run.cluster, run.job, lo)]
+        if not layouts:
+            unchecked += 1
+            continue
+        c = estimate_batch(run.model, run.cluster, run.job, layouts)
+        peaks = pd.Series(c["peak_mem_gb"], index=[lo.recompute for lo in layouts])
+        best = peaks.groupby(level=0).min()
+        cap = float(c["mem_capacity_gb"][0])
+        recipe = stated or "none"
+        if recipe not in best.index:
+            unchecked += 1
+            continue
+        peak = float(best[recipe])
+        status = ("refused" if peak * (1 - MEM_REL_ERROR) > cap else "over" if peak > cap
+                  else "tight" if near_capacity(peak, cap) else "fits")
+        fitting = [r for r in levels if r in best.index and best[r] <= cap]
+        needed = fitting[0] if fitting else "(none fits)"
+        heavier = needed != recipe and (needed not in levels
+                                        or levels.index(needed) > levels.index(recipe))
+        i = layouts.index(min((lo for lo in layouts if lo.recompute == recipe),
+                              key=lambda lo: peaks.iloc[layouts.index(lo)]))
+        rows.append({"run": run.run_id, "source": run.source_id, "stack": run.stack,
+                     "gpu": run.cluster.gpu.name, "layout": str(layouts[i]),
+                     "recompute": stated or "(unstated)", "grads": run.job.grad_dtype,
+                     "peak_gb": peak, "capacity_gb": cap, "status": status, "needs": needed,
+                     "heavier": heavier, "flagged": status != "fits" or heavier,
+                     **{k: float(c[k][i]) for k in TERMS[:3]},
+                     "activations_gb": float(c["mem_activations_gb"][i]),
+                     "in_flight": float(c["in_flight"][i])})
+    return pd.DataFrame(rows), unchecked
+
+
+def fit_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per source and overall: runs checked (and how many leave recompute unstated), and how
+    many fit, are tight, over, refused, need a heavier recompute than stated (none where
+    unstated), and are flagged (any of these). Where recompute is unstated, "needs" is what the
+    estimate requires, not a contradiction unless the recipe is known to run without it."""
+    out = []
+    for name, g in [*frame.groupby("source"), ("ALL", frame)]:
+        out.append({"source": name, "ran": len(g),
+                    "recompute_unstated": int((g["recompute"] == "(unstated)").sum()),
+                    **{s: int((g["status"] == s).sum()) for s in ("fits", "tight", "over",
+                                                                   "refused")},
+                    "heavier_recompute": int(g["heavier"].sum()),
+                    "flagged": int(g["flagged"].sum())})
+    return pd.DataFrame(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", type=Path, default=next((p for p in SWEEPS if p.exists()),
                                                            None))
     parser.add_argument("--rows", action="store_true",
                         help="also print every checked run's terms, by source, GPU and stack")
+    parser.add_argument("--fit-rows", action="store_true",
+                        help="also print every flagged run of the runs-that-ran check")
     ns = parser.parse_args()
     if ns.sweep is not None:
         fit = fit_reserve(sweep_frame(ns.sweep))
@@ -144,6 +239,15 @@ def main() -> None:
     if ns.rows:
         print(device_rows().to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     print(device_check().to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    frame, unchecked = fit_check()
+    print(f"\nruns that ran, degrees stated ({len(frame)} dense runs; {unchecked} unchecked: a "
+          f"degree unstated): flagged {int(frame['flagged'].sum())}")
+    print(fit_summary(frame).to_string(index=False))
+    flagged = frame[frame["flagged"]]
+    if ns.fit_rows and len(flagged):
+        cols = ["run", "stack", "gpu", "layout", "recompute", "grads", "peak_gb", "capacity_gb",
+                "status", "needs", *TERMS[:3], "activations_gb", "in_flight"]
+        print(flagged[cols].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
 
 
 if __name__ == "__main__":

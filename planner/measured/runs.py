@@ -480,6 +480,20 @@ def moe_recipe_of(job: JobSpec, notes: str | None) -> JobSpec:
     return job.model_copy(update=update) if update else job
 
 
+# What a row's notes say of its gradient buffer, in the words planner/data/README.md asks for:
+# "gradients in bf16" (16-bit gradient buffer and reduction: JobSpec.grad_dtype half). The dgxc
+# NeMo rows say so where the release's own recipe does (planner/data/README.md "Gradients").
+_HALF_GRADS = re.compile(r"gradients in (bf16|fp16|16-bit)", re.IGNORECASE)
+
+
+def grad_recipe_of(job: JobSpec, notes: str | None) -> JobSpec:
+    """The job with the 16-bit gradients a row's notes state (grad_dtype half); unchanged
+    otherwise."""
+    if notes and _HALF_GRADS.search(notes):
+        return job.model_copy(update={"grad_dtype": "half"})
+    return job
+
+
 def is_oom_row(row: dict[str, Any]) -> bool:
     """Rows whose notes say OOM are memory-infeasible labels (published_runs README)."""
     return bool(re.search(r"\bOOM\b", str(row.get("notes", ""))))
@@ -522,7 +536,7 @@ def run_from_row(row: dict[str, Any], resolve_gpu: Callable[[str], GpuProfile] |
     stack = resolve_stack(stack_text)
     job = stack.job(JobSpec(seq_len=seq, global_batch=gbs, precision=precision), stack_text,
                     _text(row.get("notes")))
-    job = moe_recipe_of(job, _text(row.get("notes")))
+    job = grad_recipe_of(moe_recipe_of(job, _text(row.get("notes"))), _text(row.get("notes")))
     pins: dict[str, Any] = {}
     for col, knob in (("tp", "tp"), ("pp", "pp"), ("dp", "dp"), ("cp", "cp"), ("vpp", "vpp"),
                       ("micro_batch", "mbs"), ("ep", "ep")):
