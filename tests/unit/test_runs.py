@@ -149,7 +149,9 @@ def test_recipe_follows_the_framework():
         "attention": "unfused", "grad_reduce_dtype": "half", "grad_overlap": False,
         "p2p_overlap": False, "software": "megatron-2021"}
     assert recipe_of("NeMo Megatron 24.11 (Megatron-Core)", "") == {
-        "attention": "cudnn", "tp_comm_overlap": True}
+        "attention": "cudnn", "tp_comm_overlap": True, "grad_dtype": "half"}
+    assert recipe_of("NeMo (25.02 container)", "Recipe: gradients in fp32 (...)")[
+        "grad_dtype"] == "auto"
     assert recipe_of("Megatron-Bridge / NeMo 26.06 (Megatron-Core)", "") == {
         "attention": "cudnn", "tp_comm_overlap": True, "grad_dtype": "half"}
     assert recipe_of("MaxText (JAX/XLA on GPU)", "") == {"attention": "cudnn"}

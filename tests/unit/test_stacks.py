@@ -58,7 +58,10 @@ def test_recipe_and_text_rules():
     bridge = resolve_stack("Megatron-Bridge / NeMo 25.09 (Megatron-Core)")
     assert bridge.recipe_fields("Megatron-Bridge / NeMo 25.09") == {
         "attention": "cudnn", "tp_comm_overlap": True, "grad_dtype": "half"}
-    assert bridge.recipe_fields("NeMo 24.09") == {"attention": "cudnn", "tp_comm_overlap": True}
+    assert bridge.recipe_fields("NeMo 24.09") == {"attention": "cudnn", "tp_comm_overlap": True,
+                                                  "grad_dtype": "half"}
+    assert bridge.recipe_fields("NeMo 25.02", "Recipe: gradients in fp32 (...)")[
+        "grad_dtype"] == "auto"
     ds = resolve_stack("Megatron-DeepSpeed")
     assert ds.recipe_fields("", "BF16 with new BF16_Optimizer")["grad_dtype"] == "half+fp32"
     job = ds.job(JobSpec(seq_len=2048, global_batch=512))
