@@ -216,7 +216,7 @@ def _rank_ties(space: Space, pins: Mapping[str, Any], top_k: int, by_time: list[
     total = int(group.sum())
     at_least = floor is not None and bool(ties.may_join(space, floor, by_time[0], group).any())
     if total > 1:
-        keys = ties.robust_keys(space, group)
+        keys = ties.unique_keys(space, ties.robust_keys(space, group), group)
         robust = SelectionModel(space, pins, top_k, config, keys=keys, allowed=group).solve()
         indices = ties.merge(robust.indices, by_time, group, top_k)
     else:

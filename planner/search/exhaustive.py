@@ -87,8 +87,9 @@ def exhaustive_top_k(space: Space, pins: Mapping[str, Any], top_k: int) -> list[
 def exhaustive_ranking(space: Space, pins: Mapping[str, Any],
                        top_k: int) -> tuple[list[int], list[bool]]:
     """The final ranking with ties (planner.search.ties), by sorting: the rows tied with the
-    fastest in robustness order (ties by the knob tuple), then the others by objective value.
-    Returns (row indices, tied flag per index); what planner.search.search returns."""
+    fastest in robustness order (ties.unique_keys: then lower cp, then the knob tuple), then
+    the others by objective value. Returns (row indices, tied flag per index); what
+    planner.search.search returns."""
     from planner.search import ties
 
     pins = normalize_pins(pins)
@@ -97,9 +98,7 @@ def exhaustive_ranking(space: Space, pins: Mapping[str, Any],
         return [], []
     eligible = space.pin_mask(pins) & space.fits
     group = ties.tie_group(space, eligible, by_time[0])
-    keys = ties.robust_keys(space, group)
-    knob_rows = np.stack([space.knobs[k] for k in space.knobs], axis=1)
-    tied_order = sorted(np.flatnonzero(group),
-                        key=lambda i: (int(keys[i]), tuple(knob_rows[i])))
+    keys = ties.unique_keys(space, ties.robust_keys(space, group), group)
+    tied_order = sorted(np.flatnonzero(group), key=lambda i: int(keys[i]))
     indices = ties.merge(tied_order, by_time, group, top_k)
     return indices, [bool(group[i]) for i in indices]

@@ -52,7 +52,10 @@ from planner.specs import ClusterSpec, JobSpec, ModelSpec
 STRUCTURE_KNOBS: tuple[str, ...] = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs")
 # the space's columns and the pins: planner.layout.KNOBS with expert-TP after ep
 KNOBS: tuple[str, ...] = (*STRUCTURE_KNOBS, "zero", "recompute", "sp")
-CP_MIN_SEQ_LEN = 16384  # cp > 1 searched from this sequence length on (or when pinned)
+# cp > 1 searched from this sequence length on (or when pinned): NVIDIA's tuned Llama 3.1 70B and
+# 405B H100 recipes run cp 2 at seq 8192 (Megatron-Bridge scripts/performance/configs/llama/
+# llama31_workload_base_configs.py LLAMA31_405B_PRETRAIN_CONFIG_H100_BF16_V1; dgxc llama3.1 README)
+CP_MIN_SEQ_LEN = 8192
 # cp searched while each rank keeps at least this many tokens of a sequence (or when pinned):
 # two chunks of 512 under the causal load balancing, already below where the profiles' GEMM
 # curves collapse (docs/hardware.md 2.1); it bounds the space on large clusters with small

@@ -110,6 +110,21 @@ def robust_keys(space: Space, rows: np.ndarray) -> np.ndarray:
         unit *= 10
 
 
+def unique_keys(space: Space, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """`keys` made unique over `rows`: each row's position when the rows are sorted by key, then
+    by lower cp (a layout costed exactly as its context-parallel twin, cp 2 with mbs 4 against
+    dp 2 with mbs 2, is the simpler one to run without cp), then by their knob tuple; others
+    after every row. Equal keys would otherwise leave the choice among them to the solver, and
+    plan 1 could change with --top. The CP-SAT search and the exhaustive oracle both order by it."""
+    rows = np.flatnonzero(np.asarray(rows, dtype=bool))
+    cols = [np.asarray(space.knobs[k])[rows] for k in space.knobs]
+    cp = np.asarray(space.knobs["cp"])[rows]
+    order = rows[np.lexsort((*reversed(cols), cp, np.asarray(keys)[rows]))]
+    out = np.full(len(keys), len(rows), dtype=np.int64)
+    out[order] = np.arange(len(order), dtype=np.int64)
+    return out
+
+
 def merge(tied_order: Sequence[int], time_order: Sequence[int], tied: np.ndarray,
           top_k: int) -> list[int]:
     """The ranking: the tied rows in robustness order, then the other rows of `time_order`

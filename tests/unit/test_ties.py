@@ -243,3 +243,36 @@ def test_order_ties_with_the_adverse_estimates_agrees_with_the_search() -> None:
     assert [p.layout for p in ordered[:5]] == [p.layout for p in result.plans()]
     assert sum(p.tied_with_best for p in ordered) == result.tied_total
     assert [p.layout for p in order_ties(plans)[:1]] != [p.layout for p in ordered[:1]]
+
+
+def test_plan_one_does_not_depend_on_top_when_a_cp_twin_ties_exactly() -> None:
+    """Llama 3 70B on 64 H100 under the nemo stack at seq 8192 (cp searched from 8192 on,
+    search.problem.CP_MIN_SEQ_LEN): tp8-pp4-dp1-cp2-mbs4 is costed exactly as tp8-pp4-dp2-mbs2
+    (the same tokens per GPU and micro-batch, no exposed ring exchange), so the robustness key
+    ties; plan 1 is the same for any --top and is the one without cp (ties.unique_keys)."""
+    from planner.search.ties import robust_keys, unique_keys
+    from planner.stacks import resolve_stack
+
+    stack = resolve_stack("nemo")
+    model, cluster = load_model("llama3-70b"), parse_cluster("64xH100")
+    cluster = cluster.model_copy(update={"gpu": stack.profile_for(cluster.gpu, ["bf16"])})
+    job = stack.job(JobSpec(seq_len=8192, global_batch=512))
+    firsts = {top: search(model, cluster, job, {}, top).plans()[0].layout for top in (1, 3, 10)}
+    assert len(set(firsts.values())) == 1
+    first = firsts[1]
+    twin = Layout(**{**first.__dict__, "dp": first.dp // 2, "cp": 2, "mbs": first.mbs * 2}) \
+        if first.dp % 2 == 0 and first.cp == 1 else None
+    assert twin is not None  # the tie this test is about exists for plan 1
+    a, b = estimate(model, cluster, job, first), estimate(model, cluster, job, twin)
+    assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-12)
+    # unique_keys by hand: equal keys order by lower cp, then the knob tuple
+    space = search(model, cluster, job, {}, 1).space
+    rows = np.zeros(len(space), dtype=bool)
+    rows[:50] = True
+    keys = np.zeros(len(space), dtype=np.int64)  # every row ties on the key
+    order = unique_keys(space, keys, rows)
+    ranked = sorted(np.flatnonzero(rows), key=lambda i: order[i])
+    expect = sorted(np.flatnonzero(rows), key=lambda i: (
+        int(space.knobs["cp"][i]), tuple(space.knobs[k][i] for k in space.knobs)))
+    assert ranked == expect and (order[~rows] == 50).all()
+    assert len(robust_keys(space, rows)) == len(space)
