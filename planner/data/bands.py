@@ -122,3 +122,42 @@ def absolute_band(profile: Any) -> float:
 def ranking_band() -> float:
     """Stock 1-sigma relative error between layouts of one job (fraction)."""
     return float(load()["ranking"]["width"])
+
+
+# ---- the calibrated band of a layout unlike the calibration runs ---------------------------
+
+def structural_band(shares: Any, reference: Any, tau: Any, floor: float) -> np.ndarray:
+    """1-sigma relative band (fraction) of each plan after a calibration: the calibrated width
+    `floor` (the profile's step_time_rel_error, the band of layouts like the calibration runs)
+    combined with the model's structural error between layouts, which grows with how unlike the
+    calibration runs the plan is: sqrt(floor^2 + sum_t tau_t^2 (share_t - reference_t)^2).
+    shares: (plans x terms) share of each plan's step in each time term (planner.plan
+    TIME_COLUMNS over step_time_s); reference: (terms) the calibration runs' mean shares; tau:
+    (terms) the log error per unit of share difference (fit_structural_tau)."""
+    d = np.atleast_2d(np.asarray(shares, dtype=float)) - np.asarray(reference, dtype=float)
+    return np.sqrt(floor ** 2 + (d ** 2) @ (np.asarray(tau, dtype=float) ** 2))
+
+
+def fit_structural_tau(log_residuals: Any, share_deltas: Any, floors: Any) -> np.ndarray:
+    """Maximum-likelihood tau of structural_band: log(measured / predicted) of layouts not run
+    ~ Normal(0, floor^2 + sum_t tau_t^2 d_t^2), d the layout's shares less its calibration
+    runs' mean. Terms no layout moves (all d 0) get the largest tau fitted (no data: the widest
+    the others support). Returns tau (terms), log units per unit of share."""
+    from scipy.optimize import minimize
+
+    r = np.asarray(log_residuals, dtype=float)
+    d2 = np.asarray(share_deltas, dtype=float) ** 2
+    f2 = np.asarray(floors, dtype=float) ** 2 * np.ones(len(r))
+    seen = d2.max(axis=0) > 1e-8
+    if not seen.any():
+        return np.zeros(d2.shape[1])
+
+    def nll(x: np.ndarray) -> float:
+        var = f2 + d2[:, seen] @ np.exp(2 * x)
+        return float(0.5 * np.sum(np.log(var) + r ** 2 / var))
+
+    res = minimize(nll, np.zeros(int(seen.sum())), method="L-BFGS-B",
+                   bounds=[(-10.0, 5.0)] * int(seen.sum()))
+    tau = np.full(d2.shape[1], float(np.exp(res.x).max()))
+    tau[seen] = np.exp(res.x)
+    return tau
