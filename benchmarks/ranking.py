@@ -379,9 +379,12 @@ def _structural_inputs(group: Group, fit: Any, after: Sequence[Plan], chosen: Se
     own = np.full(len(rest), np.nan)
     if hasattr(fit, "band") and rest:
         own = fit.band([group.runs[i] for i in rest], [group.layouts[i] for i in rest])[1]
+    # the band solve shows after the calibration (Estimate.step_time_high_s: structural_band
+    # with the band file's tau, fitted on all these groups, when the profile carries it)
+    plan = np.array([est[i].step_time_high_s / est[i].step_time_s - 1 for i in rest])
     return {"group": group.key, "source": group.source, "resid": resid,
             "delta": np.array([shares[i] - ref for i in rest]).reshape(len(rest), -1),
-            "floor": fit.profile.step_time_band, "own": own}
+            "floor": fit.profile.step_time_band, "own": own, "plan": plan}
 
 
 def loop_summary(rows: pd.DataFrame) -> pd.DataFrame:
@@ -414,7 +417,9 @@ def structural_coverage(entries: Sequence[dict[str, Any]],
                         splits: dict[str, Any] | None = None) -> pd.DataFrame:
     """Coverage of the layouts not run (|measured / predicted - 1| <= band) by three bands after
     the refit: the flat calibrated band (the profile's step_time_rel_error), the few-shot
-    posterior's per-layout band (FewShotFit.band) and the structural band
+    posterior's per-layout band (FewShotFit.band), the band solve shows (the plan's
+    step_time_high_s: the structural band with the band file's tau, fitted on these very groups:
+    in sample) and the structural band
     (planner.data.bands.structural_band) with tau fitted held out: on every other group (leave
     one group out) and, per named split, on the other part only. Pooled and per source."""
     from planner.data.bands import fit_structural_tau, structural_band
@@ -428,7 +433,8 @@ def structural_coverage(entries: Sequence[dict[str, Any]],
 
     split_tau = {name: tau_without(lambda o, t=test: not t(o))
                  for name, test in (splits or {}).items()}
-    cols: dict[str, list] = {"source": [], "flat": [], "per-layout": [], "structural LOGO": []}
+    cols: dict[str, list] = {"source": [], "flat": [], "per-layout": [], "solve's band": [],
+                             "structural LOGO": []}
     for name in splits or {}:
         cols[f"structural {name}"] = []
     for e in entries:
@@ -438,6 +444,7 @@ def structural_coverage(entries: Sequence[dict[str, Any]],
         cols["source"] += [e["source"]] * len(dev)
         cols["flat"] += list(dev <= e["floor"])
         cols["per-layout"] += list(dev <= e["own"])
+        cols["solve's band"] += list(dev <= e["plan"] + 1e-12)
         tau = tau_without(lambda o, e=e: o["group"] != e["group"])
         cols["structural LOGO"] += list(dev <= structural_band(e["delta"], 0.0, tau, e["floor"]))
         for name, test in (splits or {}).items():

@@ -32,6 +32,7 @@ from planner.calibrate.fit import (
     FitResult,
     _cv_folds,
     _with_provenance,
+    predict_columns,
     predict_step_times,
     timed_runs,
 )
@@ -336,8 +337,31 @@ def few_shot_fit(profile: GpuProfile, runs: Sequence[MeasuredRun], *, stack: Any
         "provenance": provenance,
         # the band of layouts like the calibration runs; FewShotFit.band() gives a new layout's
         "step_time_rel_error": round(float(np.sqrt(np.mean(sigma ** 2))), 4),
+        # and how it widens for a plan unlike them (planner.data.bands.structural_band)
+        "step_time_band_terms": _term_band(result.profile, fit_runs, fit_layouts),
     })
     return result
+
+
+def _term_band(profile: GpuProfile, runs: Sequence[MeasuredRun],
+               layouts: Sequence[Layout]) -> Any:
+    """The calibration runs' mean time-term shares on the fitted profile with the structural
+    tau measured on the replayed calibrations (planner.data.bands.structural_tau): what
+    GpuProfile.step_time_band_terms keeps. None when the band file has no tau."""
+    from planner.data.bands import structural_tau
+    from planner.plan import TIME_COLUMNS
+    from planner.specs.hardware import TermBand
+
+    tau = structural_tau()
+    if not tau or not runs:
+        return None
+    cols = predict_columns(profile, runs, layouts, ("step_time_s", *TIME_COLUMNS))
+    step = np.maximum(cols["step_time_s"], 1e-12)
+    shares = {c: round(min(1.0, max(0.0, float(np.mean(cols[c] / step)))), 4)
+              for c in TIME_COLUMNS}
+    return TermBand(shares=shares, tau={c: tau.get(c, max(tau.values())) for c in TIME_COLUMNS},
+                    source="tau: maximum likelihood on solve --calibrate replayed on the sweeps "
+                           "(planner/data/step_time_bands.yaml calibrated.structural)")
 
 
 LEVEL_CHECK = "level or knobs"  # the leave-one-run-out check's entry in FewShotFit.kept

@@ -161,3 +161,10 @@ def fit_structural_tau(log_residuals: Any, share_deltas: Any, floors: Any) -> np
     tau = np.full(d2.shape[1], float(np.exp(res.x).max()))
     tau[seen] = np.exp(res.x)
     return tau
+
+
+def structural_tau() -> dict[str, float] | None:
+    """Time term -> tau of structural_band, as fitted on the replayed calibrations (the band
+    file's calibrated.structural, benchmarks/bands.py --structural-only); None when absent."""
+    entry = ((load().get("calibrated") or {}).get("structural") or {}).get("tau")
+    return {k: float(v) for k, v in entry.items()} if entry else None

@@ -92,6 +92,33 @@ class LinkProfile(BaseModel):
         return bw * self.gather_busbw_ratio if gather and self.gather_busbw_ratio else bw
 
 
+class TermBand(BaseModel):
+    """What a calibration's band needs to widen for a plan unlike its runs
+    (planner.data.bands.structural_band): the calibration runs' mean share of the step in each
+    time term (planner.plan.TIME_COLUMNS) and the model's structural error per unit of share
+    difference, tau (log step time), fitted held out on the replayed calibrations
+    (benchmarks/bands.py --structural-only)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
+
+    shares: dict[str, UnitInterval] = Field(
+        description="Time term -> the calibration runs' mean share of their step (fraction).")
+    tau: dict[str, real(1e3, ge=0.0)] = Field(
+        description="Time term -> structural log error per unit of share difference.")
+    source: str = Field(default="", max_length=500, description="Where tau was fitted.")
+
+    @model_validator(mode="after")
+    def _terms(self) -> TermBand:
+        from planner.plan import TIME_COLUMNS
+
+        for name in (*self.shares, *self.tau):
+            if name not in TIME_COLUMNS:
+                raise ValueError(f"unknown time term {name!r}; known: {', '.join(TIME_COLUMNS)}")
+        if set(self.shares) != set(self.tau):
+            raise ValueError("shares and tau must name the same time terms")
+        return self
+
+
 class GpuProfile(BaseModel):
     """One GPU type with its usual node. Peaks are dense (no sparsity)."""
 
@@ -208,6 +235,11 @@ class GpuProfile(BaseModel):
         default=None,
         description="Calibrated relative spread of step-time error (1 sigma); None = uncalibrated.",
     )
+    step_time_band_terms: TermBand | None = Field(
+        default=None,
+        description="Set by a few-shot calibration: the band of a plan widens with how unlike "
+        "the calibration runs its time-term shares are (planner.data.bands.structural_band); "
+        "None = every plan gets step_time_band.")
     provenance: dict = Field(
         default_factory=dict, description="How the profile was made: runs used, date, residuals."
     )

@@ -165,3 +165,24 @@ def test_level_or_knobs_is_decided_by_predicting_each_run_from_the_others():
     assert level == pytest.approx(level_rms(noisy, layouts), abs=1e-3) and level <= knobs
     # the level removes the common factor (1.25 x TRUE, whose GEMMs run at 0.8 of the profile)
     assert np.median(np.abs(fit.err_after)) < 0.1 < np.median(np.abs(fit.err_before))
+
+
+def test_the_fitted_profile_keeps_the_runs_shares_for_the_per_plan_band():
+    """few_shot_fit stores the calibration runs' mean time-term shares on the fitted profile
+    (recomputed here from estimate_many) with the band file's tau."""
+    from planner.costmodel import estimate_many
+    from planner.data.bands import structural_tau
+    from planner.plan import TIME_COLUMNS
+
+    gpu = a100_like()
+    runs, layouts = _runs([(1024, 1, 1), (2048, 1, 2), (4096, 1, 8)], gpu)
+    fit = few_shot_fit(gpu, runs, layouts=layouts, prior=PRIOR, cross_validate=False)
+    terms = fit.profile.step_time_band_terms
+    assert terms is not None and terms.tau == structural_tau()
+    shares = []
+    for run, lay in zip(runs, layouts, strict=True):
+        cluster = run.cluster.model_copy(update={"gpu": fit.profile})
+        (e,) = estimate_many(run.model, cluster, run.job, [lay])
+        shares.append([float(getattr(e, c)) / e.step_time_s for c in TIME_COLUMNS])
+    mean = np.mean(shares, axis=0)
+    assert [terms.shares[c] for c in TIME_COLUMNS] == pytest.approx(mean, abs=1e-4)
