@@ -366,7 +366,7 @@ STRUCT = "_structural"  # closed_loop_group's private entry: what the structural
 def _structural_inputs(group: Group, fit: Any, after: Sequence[Plan], chosen: Sequence[int],
                        rest: Sequence[int]) -> dict[str, Any]:
     """Per layout not run: log(measured / predicted after the refit), its time-term shares less
-    the calibration runs' mean (planner.data.bands.structural_band's d), the flat calibrated
+    the calibration runs' mean (planner.specs.hardware.structural_band's d), the flat calibrated
     band and the few-shot posterior's own band (FewShotFit.band; nan for a --loop-knobs fit)."""
     from planner.plan import TIME_COLUMNS
 
@@ -420,9 +420,10 @@ def structural_coverage(entries: Sequence[dict[str, Any]],
     posterior's per-layout band (FewShotFit.band), the band solve shows (the plan's
     step_time_high_s: the structural band with the band file's tau, fitted on these very groups:
     in sample) and the structural band
-    (planner.data.bands.structural_band) with tau fitted held out: on every other group (leave
+    (planner.specs.hardware.structural_band) with tau fitted held out: on every other group (leave
     one group out) and, per named split, on the other part only. Pooled and per source."""
-    from planner.data.bands import fit_structural_tau, structural_band
+    from planner.data.bands import fit_structural_tau
+    from planner.specs.hardware import structural_band
 
     def tau_without(keep: Any) -> np.ndarray:
         train = [e for e in entries if keep(e) and len(e["resid"])]

@@ -337,7 +337,7 @@ def few_shot_fit(profile: GpuProfile, runs: Sequence[MeasuredRun], *, stack: Any
         "provenance": provenance,
         # the band of layouts like the calibration runs; FewShotFit.band() gives a new layout's
         "step_time_rel_error": round(float(np.sqrt(np.mean(sigma ** 2))), 4),
-        # and how it widens for a plan unlike them (planner.data.bands.structural_band)
+        # and how it widens for a plan unlike them (planner.specs.hardware.structural_band)
         "step_time_band_terms": _term_band(result.profile, fit_runs, fit_layouts),
     })
     return result

@@ -484,7 +484,7 @@ def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _
     step = time_compute + time_tp + time_cp + time_ep + bubble + time_pp_comm + time_dp + time_opt
     terms = pools[0].gpu.step_time_band_terms if one else None
     if terms is not None:  # calibrated: wider for a plan unlike the calibration runs
-        from planner.data.bands import structural_band
+        from planner.specs.hardware import structural_band
 
         named = {"time_compute_s": time_compute, "time_tp_comm_s": time_tp,
                  "time_cp_comm_s": time_cp, "time_ep_comm_s": time_ep,

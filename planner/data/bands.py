@@ -125,17 +125,7 @@ def ranking_band() -> float:
 
 
 # ---- the calibrated band of a layout unlike the calibration runs ---------------------------
-
-def structural_band(shares: Any, reference: Any, tau: Any, floor: float) -> np.ndarray:
-    """1-sigma relative band (fraction) of each plan after a calibration: the calibrated width
-    `floor` (the profile's step_time_rel_error, the band of layouts like the calibration runs)
-    combined with the model's structural error between layouts, which grows with how unlike the
-    calibration runs the plan is: sqrt(floor^2 + sum_t tau_t^2 (share_t - reference_t)^2).
-    shares: (plans x terms) share of each plan's step in each time term (planner.plan
-    TIME_COLUMNS over step_time_s); reference: (terms) the calibration runs' mean shares; tau:
-    (terms) the log error per unit of share difference (fit_structural_tau)."""
-    d = np.atleast_2d(np.asarray(shares, dtype=float)) - np.asarray(reference, dtype=float)
-    return np.sqrt(floor ** 2 + (d ** 2) @ (np.asarray(tau, dtype=float) ** 2))
+# (the band itself, planner.specs.hardware.structural_band, is the cost model's; its tau is here)
 
 
 def fit_structural_tau(log_residuals: Any, share_deltas: Any, floors: Any) -> np.ndarray:

@@ -1,5 +1,6 @@
-"""planner.data.bands.structural_band / fit_structural_tau: the calibrated band of a layout grows
-with how unlike the calibration runs its time-term shares are; tau by maximum likelihood."""
+"""planner.specs.hardware.structural_band, planner.data.bands.fit_structural_tau: the calibrated
+band of a layout grows with how unlike the calibration runs its time-term shares are; tau by
+maximum likelihood."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from planner.data.bands import fit_structural_tau, structural_band
+from planner.data.bands import fit_structural_tau
+from planner.specs.hardware import structural_band
 
 
 def test_structural_band_of_two_hand_made_share_vectors():
