@@ -300,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                                   "measured cell"}
     calibrated = None
     if ns.few_shot:
-        loop = closed_loop_coverage(groups, ns.few_shot)
+        structural: dict[str, Any] = {}
+        loop = closed_loop_coverage(groups, ns.few_shot, structural)
         print(f"closed loop K={ns.few_shot}: {loop} ({time.perf_counter() - t0:.0f}s)",
               flush=True)
         runs, _ = load_table(PUBLISHED_RUNS_CSV, resolve_gpu=load_gpu)
@@ -323,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             "median_error": round(float(np.median(np.abs(ratio - 1))), 4),
             "uncalibrated_coverage": round(bands.coverage(
                 1.0 / (1.0 + per_run["before"].to_numpy()), absolute_out["stack"]["width"]), 4),
+            "structural": structural,  # the per-plan band's tau (structural_fit)
         }
     data = {
         "provenance": {
