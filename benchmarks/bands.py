@@ -44,6 +44,7 @@ from planner.measured.runs import PUBLISHED_RUNS_CSV, load_table  # noqa: E402
 from planner.registry import load_gpu  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
+HEADER = "# written by benchmarks/bands.py: do not edit by hand\n"
 
 
 def ranking_residuals(log: Any = print) -> pd.DataFrame:
@@ -71,12 +72,14 @@ def ranking_residuals(log: Any = print) -> pd.DataFrame:
     return pd.DataFrame(rows), groups
 
 
-def closed_loop_coverage(groups: list[Any], k: int) -> dict[str, Any]:
+def closed_loop_coverage(groups: list[Any], k: int,
+                         structural: dict[str, Any] | None = None) -> dict[str, Any]:
     """`solve --calibrate k` replayed on every ranking group of at least max(5, k + 2) layouts
     (benchmarks/ranking.py closed_loop_group: the k plans the loop chooses are 'run', the
     profile is refitted, the other layouts predicted): the share of those other layouts inside
-    the stock step-time band before and inside the band the calibration measured after."""
-    rows = []
+    the stock step-time band before and inside the band the calibration measured after.
+    `structural` (a dict) receives structural_fit's entry."""
+    rows, entries = [], []
     for g in groups:
         if len(g.layouts) < ranking.loop_min_layouts(k):
             continue
@@ -84,11 +87,39 @@ def closed_loop_coverage(groups: list[Any], k: int) -> dict[str, Any]:
             out = ranking.closed_loop_group(g, k, ranking.rank_plans(g, g.runs[0].cluster.gpu))
         except PlannerError:
             continue
+        entries.append(out.pop(ranking.STRUCT))
         rows.append({"source": g.source, "n": len(g.layouts) - k, **out})
     frame = pd.DataFrame(rows)
     out = _loop_stats(frame)
     out["by_source"] = {src: _loop_stats(g) for src, g in frame.groupby("source")}
+    if structural is not None:
+        structural.update(structural_fit(entries))
     return out
+
+
+def structural_fit(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The structural band's tau (planner.data.bands.fit_structural_tau) on every replayed
+    group's layouts not run, with its held-out coverage: each group's layouts by the tau fitted
+    on the other groups (ranking.structural_coverage), pooled and per source."""
+    from planner.plan import TIME_COLUMNS
+
+    kept = [e for e in entries if len(e["resid"])]
+    tau = bands.fit_structural_tau(np.concatenate([e["resid"] for e in kept]),
+                                   np.vstack([e["delta"] for e in kept]),
+                                   np.concatenate([np.full(len(e["resid"]), e["floor"])
+                                                   for e in kept]))
+    cov = ranking.structural_coverage(kept).set_index("layouts")
+    return {"tau": {c: round(float(t), 4) for c, t in zip(TIME_COLUMNS, tau, strict=True)},
+            "n": int(sum(len(e["resid"]) for e in kept)), "groups": len(kept),
+            "how": "maximum likelihood: log(measured / predicted) of the layouts a replayed "
+                   "solve --calibrate did not run ~ Normal(0, band^2 + sum_t tau_t^2 d_t^2), "
+                   "d the layout's time-term shares less its calibration runs' mean; terms no "
+                   "layout moves get the largest tau",
+            "coverage_leave_one_group_out": {
+                src: {"flat": round(float(r["flat"]), 4),
+                      "few_shot_posterior": round(float(r["per-layout"]), 4),
+                      "structural": round(float(r["structural LOGO"]), 4), "n": int(r["n"])}
+                for src, r in cov.iterrows()}}
 
 
 def _loop_stats(frame: pd.DataFrame) -> dict[str, Any]:
@@ -175,6 +206,29 @@ def git_commit() -> str:
         return "unknown"
 
 
+def _structural_only(groups: list[Any], ns: argparse.Namespace) -> int:
+    """--structural-only: the closed loop replayed, the band file's calibrated entries for it
+    rewritten, the rest of the file kept as it is."""
+    import yaml
+
+    structural: dict[str, Any] = {}
+    loop = closed_loop_coverage(groups, ns.few_shot or 3, structural)
+    data = yaml.safe_load(ns.out.read_text())
+    calibrated = data.get("calibrated") or {"k": ns.few_shot or 3}
+    calibrated["closed_loop_on_sweeps"] = loop
+    calibrated["structural"] = {
+        **structural, "made_by": "python benchmarks/bands.py --structural-only",
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "commit": git_commit()}
+    data["calibrated"] = calibrated
+    text = yaml.safe_dump(data, sort_keys=False, width=100)
+    print(yaml.safe_dump({"calibrated": calibrated}, sort_keys=False, width=100))
+    if not ns.dry_run:
+        from planner.io import write_text_atomic
+
+        write_text_atomic(ns.out, HEADER + text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loso-rows", type=Path,
@@ -182,11 +236,17 @@ def main(argv: list[str] | None = None) -> int:
                         "--rows X writes X.loso.csv) instead of computing it")
     parser.add_argument("--few-shot", type=int, default=3, metavar="K",
                         help="check the calibrated band with K calibration runs (0: skip)")
+    parser.add_argument("--structural-only", action="store_true",
+                        help="replay solve --calibrate K on the sweeps and rewrite only the "
+                        "band file's calibrated.closed_loop_on_sweeps and calibrated.structural "
+                        "(the per-plan band after a calibration; no leave-one-source-out run)")
     parser.add_argument("--dry-run", action="store_true", help="print only, write nothing")
     parser.add_argument("--out", type=Path, default=bands.BANDS_YAML)
     ns = parser.parse_args(argv)
     t0 = time.perf_counter()
     rank, groups = ranking_residuals()
+    if ns.structural_only:
+        return _structural_only(groups, ns)
     if ns.loso_rows:
         loso = pd.read_csv(ns.loso_rows)
         how_loso = f"read from {ns.loso_rows.name}"
@@ -240,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                                   "measured cell"}
     calibrated = None
     if ns.few_shot:
-        loop = closed_loop_coverage(groups, ns.few_shot)
+        structural: dict[str, Any] = {}
+        loop = closed_loop_coverage(groups, ns.few_shot, structural)
         print(f"closed loop K={ns.few_shot}: {loop} ({time.perf_counter() - t0:.0f}s)",
               flush=True)
         runs, _ = load_table(PUBLISHED_RUNS_CSV, resolve_gpu=load_gpu)
@@ -263,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             "median_error": round(float(np.median(np.abs(ratio - 1))), 4),
             "uncalibrated_coverage": round(bands.coverage(
                 1.0 / (1.0 + per_run["before"].to_numpy()), absolute_out["stack"]["width"]), 4),
+            "structural": structural,  # the per-plan band's tau (structural_fit)
         }
     data = {
         "provenance": {
@@ -300,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         out = pd.concat([rank, absolute], ignore_index=True)
         out["ratio"] = out["ratio"].round(6)
         out["within"] = out["within"].round(6)
-        write_text_atomic(ns.out, "# written by benchmarks/bands.py: do not edit by hand\n" + text)
+        write_text_atomic(ns.out, HEADER + text)
         write_text_atomic(ns.out.with_name(bands.RESIDUALS_CSV.name),
                           out.to_csv(index=False))
         print(f"wrote {ns.out} and {bands.RESIDUALS_CSV.name}")

@@ -294,8 +294,8 @@ def choose(plans: Sequence[Plan], k: int) -> list[Plan]:
 
 
 def refit(gpu: GpuProfile, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
-          knobs: Sequence[str] | None = None) -> GpuProfile:
-    """The profile `solve --calibrate` re-ranks with: closed_loop's few-shot fit
+          knobs: Sequence[str] | None = None) -> Any:
+    """The fit whose .profile `solve --calibrate` re-ranks with: closed_loop's few-shot fit
     (planner.calibrate.fewshot: only the knobs the runs identify, at most runs - 1, pulled toward
     the stack preset) from the default stack, the preset a user who names no stack gets (the
     group's own stack preset was fitted on these published runs, so starting from it would be
@@ -304,12 +304,12 @@ def refit(gpu: GpuProfile, runs: Sequence[MeasuredRun], layouts: Sequence[Layout
         from planner.calibrate import calibrate
 
         return calibrate(gpu, runs, layouts=list(layouts), names=list(knobs),
-                         cross_validate=len(runs) >= 3).profile
+                         cross_validate=len(runs) >= 3)
     from planner.calibrate.fewshot import few_shot_fit
     from planner.stacks import resolve_stack
 
     return few_shot_fit(gpu, runs, stack=resolve_stack(None), layouts=list(layouts),
-                        cross_validate=False).profile
+                        cross_validate=False)
 
 
 def closed_loop_group(group: Group, k: int, before: Sequence[Plan],
@@ -320,7 +320,8 @@ def closed_loop_group(group: Group, k: int, before: Sequence[Plan],
     index = {lay: i for i, lay in enumerate(group.layouts)}
     chosen = [index[p.layout] for p in choose(before, k)]
     ran = [group.runs[i] for i in chosen]
-    fitted = refit(gpu, ran, [group.layouts[i] for i in chosen], knobs)
+    fit = refit(gpu, ran, [group.layouts[i] for i in chosen], knobs)
+    fitted = fit.profile
     after = rank_plans(group, fitted)
     new_first = index[after[0].layout]
     ends = min(chosen + [new_first], key=lambda i: group.measured[i])
@@ -355,7 +356,35 @@ def closed_loop_group(group: Group, k: int, before: Sequence[Plan],
             "rest_band_before": gpu.step_time_band, "rest_band_after": fitted.step_time_band,
             "rest_covered_before": rest_covered(pred_before, gpu.step_time_band),
             "rest_covered_after": rest_covered(pred_after, fitted.step_time_band),
-            "loop_first": str(after[0].layout)}
+            "loop_first": str(after[0].layout),
+            STRUCT: _structural_inputs(group, fit, after, chosen, rest)}
+
+
+STRUCT = "_structural"  # closed_loop_group's private entry: what the structural band is fitted on
+
+
+def _structural_inputs(group: Group, fit: Any, after: Sequence[Plan], chosen: Sequence[int],
+                       rest: Sequence[int]) -> dict[str, Any]:
+    """Per layout not run: log(measured / predicted after the refit), its time-term shares less
+    the calibration runs' mean (planner.specs.hardware.structural_band's d), the flat calibrated
+    band and the few-shot posterior's own band (FewShotFit.band; nan for a --loop-knobs fit)."""
+    from planner.plan import TIME_COLUMNS
+
+    index = {lay: i for i, lay in enumerate(group.layouts)}
+    est = {index[p.layout]: p.estimate for p in after}
+    shares = {i: np.array([float(getattr(e, c)) / float(e.step_time_s) for c in TIME_COLUMNS])
+              for i, e in est.items()}
+    ref = np.mean([shares[i] for i in chosen], axis=0)
+    resid = np.array([np.log(group.measured[i] / est[i].step_time_s) for i in rest])
+    own = np.full(len(rest), np.nan)
+    if hasattr(fit, "band") and rest:
+        own = fit.band([group.runs[i] for i in rest], [group.layouts[i] for i in rest])[1]
+    # the band solve shows after the calibration (Estimate.step_time_high_s: structural_band
+    # with the band file's tau, fitted on all these groups, when the profile carries it)
+    plan = np.array([est[i].step_time_high_s / est[i].step_time_s - 1 for i in rest])
+    return {"group": group.key, "source": group.source, "resid": resid,
+            "delta": np.array([shares[i] - ref for i in rest]).reshape(len(rest), -1),
+            "floor": fit.profile.step_time_band, "own": own, "plan": plan}
 
 
 def loop_summary(rows: pd.DataFrame) -> pd.DataFrame:
@@ -381,6 +410,52 @@ def loop_summary(rows: pd.DataFrame) -> pd.DataFrame:
             "no_refit_within_3pct": (g["norefit_regret"] <= PAIR_MARGIN).mean(),
             "unrun_error_before": g["rest_error_before"].median(),
             "unrun_error_after": g["rest_error_after"].median()})
+    return pd.DataFrame(out)
+
+
+def structural_coverage(entries: Sequence[dict[str, Any]],
+                        splits: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Coverage of the layouts not run (|measured / predicted - 1| <= band) by three bands after
+    the refit: the flat calibrated band (the profile's step_time_rel_error), the few-shot
+    posterior's per-layout band (FewShotFit.band), the band solve shows (the plan's
+    step_time_high_s: the structural band with the band file's tau, fitted on these very groups:
+    in sample) and the structural band
+    (planner.specs.hardware.structural_band) with tau fitted held out: on every other group (leave
+    one group out) and, per named split, on the other part only. Pooled and per source."""
+    from planner.data.bands import fit_structural_tau
+    from planner.specs.hardware import structural_band
+
+    def tau_without(keep: Any) -> np.ndarray:
+        train = [e for e in entries if keep(e) and len(e["resid"])]
+        return fit_structural_tau(np.concatenate([e["resid"] for e in train]),
+                                  np.vstack([e["delta"] for e in train]),
+                                  np.concatenate([np.full(len(e["resid"]), e["floor"])
+                                                  for e in train]))
+
+    split_tau = {name: tau_without(lambda o, t=test: not t(o))
+                 for name, test in (splits or {}).items()}
+    cols: dict[str, list] = {"source": [], "flat": [], "per-layout": [], "solve's band": [],
+                             "structural LOGO": []}
+    for name in splits or {}:
+        cols[f"structural {name}"] = []
+    for e in entries:
+        if not len(e["resid"]):
+            continue
+        dev = np.abs(np.exp(e["resid"]) - 1)
+        cols["source"] += [e["source"]] * len(dev)
+        cols["flat"] += list(dev <= e["floor"])
+        cols["per-layout"] += list(dev <= e["own"])
+        cols["solve's band"] += list(dev <= e["plan"] + 1e-12)
+        tau = tau_without(lambda o, e=e: o["group"] != e["group"])
+        cols["structural LOGO"] += list(dev <= structural_band(e["delta"], 0.0, tau, e["floor"]))
+        for name, test in (splits or {}).items():
+            inside = (list(dev <= structural_band(e["delta"], 0.0, split_tau[name], e["floor"]))
+                      if test(e) else [np.nan] * len(dev))
+            cols[f"structural {name}"] += inside
+    frame = pd.DataFrame(cols)
+    out = [{"layouts": "all", "n": len(frame), **frame.drop(columns="source").mean()}]
+    for src, g in frame.groupby("source"):
+        out.append({"layouts": src, "n": len(g), **g.drop(columns="source").mean()})
     return pd.DataFrame(out)
 
 
@@ -489,7 +564,9 @@ def evaluate(tables: Sequence[Path], closed_loop: int | None = None, stack_fit: 
         if closed_loop is not None and len(g.layouts) >= loop_min_layouts(closed_loop):
             t0 = time.perf_counter()
             try:
-                row.update(closed_loop_group(g, closed_loop, plans, loop_knobs))
+                out = closed_loop_group(g, closed_loop, plans, loop_knobs)
+                g.extra[STRUCT] = out.pop(STRUCT)
+                row.update(out)
             except PlannerError as exc:  # the refit found nothing to fit: say so, go on
                 log(f"  loop on {g.key}: no refit ({exc})")
             log(f"  loop on {g.key}: {time.perf_counter() - t0:.1f}s")
@@ -569,8 +646,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SpecError(f"unknown profile knob(s) {', '.join(unknown)}; known: "
                         + ", ".join(sorted(known)))
     ns.stack_fit = ns.stack_fit or stack_knobs != list(STACK_KNOBS)
-    rows, _ = evaluate(tables, ns.closed_loop, ns.stack_fit, loop_knobs, stack_knobs,
-                       healthy=ns.healthy, healthy_intra=ns.healthy_intra)
+    rows, groups = evaluate(tables, ns.closed_loop, ns.stack_fit, loop_knobs, stack_knobs,
+                            healthy=ns.healthy, healthy_intra=ns.healthy_intra)
     summary = summarize(rows)
     md = ["### ranking (stock profiles)", "", _markdown(_fmt(summary)), ""]
     print("\n== ranking quality, stock profiles ==")
@@ -598,6 +675,17 @@ def main(argv: list[str] | None = None) -> int:
               f"{loop_min_layouts(ns.closed_loop)} layouts) ==")
         print(_fmt(ls).to_string(index=False))
         md += [f"### closed loop, K = {ns.closed_loop}", "", _markdown(_fmt(ls)), ""]
+        entries = [g.extra[STRUCT] for g in groups if STRUCT in g.extra]
+        # held-out splits by model size: tau fitted on the other part only
+        def small(e: dict[str, Any]) -> bool:  # nanotron 1.34B and BLOOM
+            return "8.86B" not in e["group"]
+
+        cov = structural_coverage(entries, {"on 8.86B from the rest": lambda e: not small(e),
+                                            "on 1.34B+BLOOM from 8.86B": small})
+        print("\n== the band after the refit on the layouts not run: share inside (target "
+              "60-80%) ==")
+        print(_fmt(cov).to_string(index=False))
+        md += ["### band after the refit, layouts not run", "", _markdown(_fmt(cov)), ""]
     print(f"\ntotal {time.perf_counter() - t0:.0f}s")
     if ns.markdown:
         from planner.io import write_text_atomic

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from planner.layout import Layout
+from planner.specs.hardware import STEP_TIME_TERMS
 
 if TYPE_CHECKING:
     from planner.costmodel import Estimate
@@ -16,8 +17,7 @@ PLAN_COLUMNS: tuple[str, ...] = (
     "zero", "recompute", "sp",
     "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
     "hw_tflops_per_gpu", "mfu", "hfu", "peak_mem_gb", "mem_capacity_gb", "fits",
-    "time_compute_s", "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s", "time_pp_comm_s",
-    "time_pp_bubble_s", "time_dp_comm_exposed_s", "time_optimizer_s",
+    *STEP_TIME_TERMS,  # time_compute_s ... time_optimizer_s (planner.specs.hardware)
     "mem_weights_gb", "mem_grads_gb", "mem_optimizer_gb", "mem_activations_gb", "mem_other_gb",
     # added by the open issues (CONTRACT.md "Names the open issues add"), in contract order
     "step_time_low_s", "step_time_high_s", "tied_with_best",

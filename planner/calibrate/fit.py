@@ -45,9 +45,16 @@ def predict_step_times(profile: GpuProfile, runs: Sequence[MeasuredRun],
     """Cost-model step time (s) of each run's layout on `profile`, one estimate_batch call per
     (model, cluster shape, job) group (runs share a group when they share the ModelSpec object;
     planner.measured.runs interns equal specs)."""
+    return predict_columns(profile, runs, layouts, ("step_time_s",))["step_time_s"]
+
+
+def predict_columns(profile: GpuProfile, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
+                    names: Sequence[str]) -> dict[str, np.ndarray]:
+    """Cost-model columns `names` (estimate_batch's, e.g. step_time_s and the time terms, s) of
+    each run's layout on `profile`, as predict_step_times groups them."""
     from planner.costmodel import estimate_batch
 
-    out = np.empty(len(runs))
+    out = {name: np.empty(len(runs)) for name in names}
     groups: dict[tuple, list[int]] = {}
     for i, run in enumerate(runs):
         key = (id(run.model), run.cluster.num_nodes, run.cluster.gpus_per_node, run.job)
@@ -56,7 +63,8 @@ def predict_step_times(profile: GpuProfile, runs: Sequence[MeasuredRun],
         run = runs[idx[0]]
         cluster = run.cluster.model_copy(update={"gpu": profile})
         cols = estimate_batch(run.model, cluster, run.job, [layouts[i] for i in idx])
-        out[idx] = np.asarray(cols["step_time_s"], dtype=float)
+        for name in names:
+            out[name][idx] = np.asarray(cols[name], dtype=float)
     return out
 
 

@@ -482,6 +482,20 @@ def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _
         rel = np.array([cl.gpu.step_time_band for cl in pools])[at(pool, slow)]
         rank_rel = np.array([cl.gpu.ranking_band for cl in pools])[at(pool, slow)]
     step = time_compute + time_tp + time_cp + time_ep + bubble + time_pp_comm + time_dp + time_opt
+    terms = pools[0].gpu.step_time_band_terms if one else None
+    if terms is not None:  # calibrated: wider for a plan unlike the calibration runs
+        from planner.specs.hardware import structural_band
+
+        named = {"time_compute_s": time_compute, "time_tp_comm_s": time_tp,
+                 "time_cp_comm_s": time_cp, "time_ep_comm_s": time_ep,
+                 "time_pp_comm_s": time_pp_comm, "time_pp_bubble_s": bubble,
+                 "time_dp_comm_exposed_s": time_dp, "time_optimizer_s": time_opt}
+        safe = np.maximum(step, 1e-30)
+        names = list(terms.shares)
+        rel = structural_band(np.column_stack([np.broadcast_to(named[c], step.shape) / safe
+                                               for c in names]),
+                              [terms.shares[c] for c in names], [terms.tau[c] for c in names],
+                              rel)
     # a trained router's load is known only to a range (moe.load_band_seconds)
     load_minus, load_plus = moe.load_band_seconds(model, job.moe_routing, job.moe_capacity_factor,
                                                   x.load, time_ep)

@@ -122,3 +122,39 @@ def absolute_band(profile: Any) -> float:
 def ranking_band() -> float:
     """Stock 1-sigma relative error between layouts of one job (fraction)."""
     return float(load()["ranking"]["width"])
+
+
+# ---- the calibrated band of a layout unlike the calibration runs ---------------------------
+# (the band itself, planner.specs.hardware.structural_band, is the cost model's; its tau is here)
+
+
+def fit_structural_tau(log_residuals: Any, share_deltas: Any, floors: Any) -> np.ndarray:
+    """Maximum-likelihood tau of structural_band: log(measured / predicted) of layouts not run
+    ~ Normal(0, floor^2 + sum_t tau_t^2 d_t^2), d the layout's shares less its calibration
+    runs' mean. Terms no layout moves (all d 0) get the largest tau fitted (no data: the widest
+    the others support). Returns tau (terms), log units per unit of share."""
+    from scipy.optimize import minimize
+
+    r = np.asarray(log_residuals, dtype=float)
+    d2 = np.asarray(share_deltas, dtype=float) ** 2
+    f2 = np.asarray(floors, dtype=float) ** 2 * np.ones(len(r))
+    seen = d2.max(axis=0) > 1e-8
+    if not seen.any():
+        return np.zeros(d2.shape[1])
+
+    def nll(x: np.ndarray) -> float:
+        var = f2 + d2[:, seen] @ np.exp(2 * x)
+        return float(0.5 * np.sum(np.log(var) + r ** 2 / var))
+
+    res = minimize(nll, np.zeros(int(seen.sum())), method="L-BFGS-B",
+                   bounds=[(-10.0, 5.0)] * int(seen.sum()))
+    tau = np.full(d2.shape[1], float(np.exp(res.x).max()))
+    tau[seen] = np.exp(res.x)
+    return tau
+
+
+def structural_tau() -> dict[str, float] | None:
+    """Time term -> tau of structural_band, as fitted on the replayed calibrations (the band
+    file's calibrated.structural, benchmarks/bands.py --structural-only); None when absent."""
+    entry = ((load().get("calibrated") or {}).get("structural") or {}).get("tau")
+    return {k: float(v) for k, v in entry.items()} if entry else None

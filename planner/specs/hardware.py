@@ -6,7 +6,7 @@ names its source in `sources` (field name -> citation)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -90,6 +90,53 @@ class LinkProfile(BaseModel):
         reduce-scatter with `gather`)."""
         bw = self.busbw_gb_per_s.interp(message_bytes) * 1e9
         return bw * self.gather_busbw_ratio if gather and self.gather_busbw_ratio else bw
+
+
+# The cost model's time terms, the plan columns that add up to step_time_s (planner.plan
+# PLAN_COLUMNS takes them from here; docs/contract.md)
+STEP_TIME_TERMS: tuple[str, ...] = (
+    "time_compute_s", "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s", "time_pp_comm_s",
+    "time_pp_bubble_s", "time_dp_comm_exposed_s", "time_optimizer_s")
+
+
+def structural_band(shares: Any, reference: Any, tau: Any, floor: float) -> Any:
+    """1-sigma relative band (fraction) of each plan after a calibration: the calibrated width
+    `floor` (the profile's step_time_rel_error, the band of layouts like the calibration runs)
+    combined with the model's structural error between layouts, which grows with how unlike the
+    calibration runs the plan is: sqrt(floor^2 + sum_t tau_t^2 (share_t - reference_t)^2).
+    shares: (plans x terms) share of each plan's step in each time term (STEP_TIME_TERMS over
+    step_time_s); reference: (terms) the calibration runs' mean shares; tau: (terms) the log
+    error per unit of share difference (planner.data.bands.fit_structural_tau)."""
+    import numpy as np
+
+    d = np.atleast_2d(np.asarray(shares, dtype=float)) - np.asarray(reference, dtype=float)
+    return np.sqrt(floor ** 2 + (d ** 2) @ (np.asarray(tau, dtype=float) ** 2))
+
+
+class TermBand(BaseModel):
+    """What a calibration's band needs to widen for a plan unlike its runs
+    (planner.specs.hardware.structural_band): the calibration runs' mean share of the step in each
+    time term (STEP_TIME_TERMS) and the model's structural error per unit of share
+    difference, tau (log step time), fitted held out on the replayed calibrations
+    (benchmarks/bands.py --structural-only)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
+
+    shares: dict[str, UnitInterval] = Field(
+        description="Time term -> the calibration runs' mean share of their step (fraction).")
+    tau: dict[str, real(1e3, ge=0.0)] = Field(
+        description="Time term -> structural log error per unit of share difference.")
+    source: str = Field(default="", max_length=500, description="Where tau was fitted.")
+
+    @model_validator(mode="after")
+    def _terms(self) -> TermBand:
+        for name in (*self.shares, *self.tau):
+            if name not in STEP_TIME_TERMS:
+                raise ValueError(f"unknown time term {name!r}; known: "
+                                 f"{', '.join(STEP_TIME_TERMS)}")
+        if set(self.shares) != set(self.tau):
+            raise ValueError("shares and tau must name the same time terms")
+        return self
 
 
 class GpuProfile(BaseModel):
@@ -208,6 +255,11 @@ class GpuProfile(BaseModel):
         default=None,
         description="Calibrated relative spread of step-time error (1 sigma); None = uncalibrated.",
     )
+    step_time_band_terms: TermBand | None = Field(
+        default=None,
+        description="Set by a few-shot calibration: the band of a plan widens with how unlike "
+        "the calibration runs its time-term shares are (planner.specs.hardware.structural_band); "
+        "None = every plan gets step_time_band.")
     provenance: dict = Field(
         default_factory=dict, description="How the profile was made: runs used, date, residuals."
     )
