@@ -271,8 +271,13 @@ def layer_forward_times(
 #   for the step's other micro-batches (linear.py quantize_weight(update_workspace=...)).
 # Not counted: the amax reductions (one small all-reduce per tensor: latency), current
 # scaling's extra amax read (+2 B per standalone cast) and MXFP8's unfused norm (+3 B on the
-# qkv and fc1 inputs): JobSpec does not name the recipe, and per-tensor delayed is the
-# default of the stacks that run FP8 here.
+# qkv and fc1 inputs): JobSpec does not name the recipe, and per-tensor delayed scaling is
+# the default of the runs here (Megatron-LM --fp8-recipe delayed; NeMo 2.3's performance
+# scripts --fp8_recipe default "ds", NVIDIA/NeMo v2.3.0 scripts/performance/
+# argument_parser.py, which dgxc-benchmarking v25.05 runs with --compute_dtype fp8 only, H100
+# and GB200 alike). TE >= 2.4 (c770230) skips the transposes on Blackwell (non-TN FP8 GEMMs,
+# nvte_is_non_tn_fp8_gemm_supported); MXFP8 writes both copies there: the Hopper rule is
+# kept for every GPU.
 FP8_CAST_TRANSPOSE_BYTES = 4.0  # bytes per element: read 2 (bf16), write 1 row-wise + 1 column
 FP8_GATHERED_CAST_BYTES = 3.0  # per local element before an FP8 all-gather: read 2, write 1
 FP8_TRANSPOSE_BYTES = 2.0  # per gathered element: nvte_transpose reads 1 B and writes 1 B
