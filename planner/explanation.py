@@ -59,7 +59,9 @@ class Explanation:
 
     plan: Plan
     time_terms: list[tuple[str, float, float]]  # (label, seconds, share of the step)
-    compute_split: dict[str, float]  # forward / backward / recompute seconds per step
+    # forward / backward / recompute / weights' FP8 cast / launch overhead seconds per step,
+    # then 'of which FP8 casts' (a part of the terms before it, not another term)
+    compute_split: dict[str, float]
     mem_terms: list[tuple[str, float, float]]  # (label, GiB, share of the peak)
     binds: list[str]
     groups: list[str]  # which process groups leave the node / NVLink domain
@@ -334,7 +336,10 @@ def explain(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, plan: Plan,
     split = {"forward": m * float(cols["fwd_mb_s"][0]),
              "backward": m * float(cols["bwd_mb_s"][0]),
              "recompute": m * float(cols["recompute_mb_s"][0])}
+    casts = m * float(cols["fp8_cast_mb_s"][0]) + float(cols["fp8_weight_cast_s"][0])
+    split["weights' FP8 cast"] = float(cols["fp8_weight_cast_s"][0])
     split["launch overhead"] = max(e.time_compute_s - sum(split.values()), 0.0)
+    split["of which FP8 casts"] = casts  # inside the passes above (compute.fp8_cast_times)
     mems = [(MEM_LABELS[c], getattr(e, c), getattr(e, c) / e.peak_mem_gb) for c in MEM_COLUMNS]
     changes = one_knob_changes(model, cluster, job, plan)
     # a change that lands within the memory band of the capacity "may not fit": not offered as

@@ -144,8 +144,10 @@ def estimate_batch(
     Layouts must be structurally valid (checks.layout_violations empty); invalid ones give
     finite but meaningless numbers. Extra keys: step_time_low_s, step_time_high_s, ranking_band,
     peak_stage (pipeline stage of the most loaded GPU), slow_stage, in_flight, model_flops,
-    hw_flops; the slowest stage's per-micro-batch pass times fwd_mb_s, bwd_mb_s, recompute_mb_s,
-    stage_mb_s (all of its per-micro-batch time, comm included) and one p2p_send_s. all_stages:
+    hw_flops; the slowest stage's per-micro-batch pass times fwd_mb_s, bwd_mb_s, recompute_mb_s
+    (fp8_cast_mb_s of them its FP8 casts, compute.fp8_cast_times; fp8_weight_cast_s its
+    weights' cast, once a step, in time_compute_s), stage_mb_s (all of its per-micro-batch
+    time, comm included) and one p2p_send_s. all_stages:
     also (N, pp) arrays stages_index, stages_mem_{weights,grads,optimizer,activations,other}_gb
     for every stage (figures)."""
     lo = layout_arrays(layouts)
@@ -297,8 +299,12 @@ def _stage_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs
                                          s, kind, x.etp, x.load) if model.is_moe else dense_t)
     head_t = compute.head_forward_time(model, gpu, prec, x.tokens, x.tp)
     emb_t = compute.embedding_forward_time(model, gpu, x.tokens)
+    casts_d = compute.fp8_cast_times(model, gpu, prec, False, x.tokens, x.tp, x.sp)
+    casts_m = (compute.fp8_cast_times(model, gpu, prec, True, x.tokens, x.tp, x.sp, x.ep, x.etp,
+                                      x.load) if model.is_moe else casts_d)
     comp = compute.stage_compute_time(gpu, st, dense_t, moe_t, head_t, emb_t, x.rc, kind,
-                                      (x.tokens * full_d, x.tokens * full_m))
+                                      (x.tokens * full_d, x.tokens * full_m),
+                                      (casts_d, casts_m))
     tp_mb, _ = comm.tp_stage_time(cluster, model, st, x.tokens, x.tp, x.sp, x.rc, dense_t.gemm,
                                   moe_t.gemm, job.tp_comm_overlap)
     cp_mb = comm.cp_stage_time(cluster, model, st["n_dense"] + st["n_moe"], x.tokens, x.tp, x.cp,
@@ -425,7 +431,9 @@ def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _
     stage_mb = per_stage(lambda t, mem: t.total)
     slow = np.argmax(stage_mb if real is None else np.where(real, stage_mb, -np.inf), axis=1)
     at = _Picker(stage_mb.shape)
-    time_compute = m * at(per_stage(lambda t, mem: t.compute.total), slow)
+    # the slowest stage's passes, and once a step the FP8 cast of its layers' weights
+    weight_cast = at(per_stage(lambda t, mem: t.compute.weight_cast), slow)
+    time_compute = m * at(per_stage(lambda t, mem: t.compute.total), slow) + weight_cast
     time_tp = m * at(per_stage(lambda t, mem: t.tp), slow)
     time_cp = m * at(per_stage(lambda t, mem: t.cp), slow)
     time_ep = m * at(per_stage(lambda t, mem: t.ep), slow)
@@ -552,6 +560,8 @@ def _assemble(model: ModelSpec, pools: Sequence[ClusterSpec], job: JobSpec, x: _
         "fwd_mb_s": at(per_stage(lambda t, mem: t.compute.forward), slow),
         "bwd_mb_s": at(per_stage(lambda t, mem: t.compute.backward), slow),
         "recompute_mb_s": at(per_stage(lambda t, mem: t.compute.recompute), slow),
+        "fp8_cast_mb_s": at(per_stage(lambda t, mem: t.compute.cast), slow),
+        "fp8_weight_cast_s": weight_cast,
         "stage_mb_s": slow_mb,
         "p2p_send_s": np.where(x.pp > 1, send, 0.0),
     }

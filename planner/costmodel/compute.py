@@ -241,6 +241,119 @@ def layer_forward_times(
     )
 
 
+# ---- FP8 quantization (Transformer Engine) ---------------------------------------------------
+# An FP8 GEMM's operands are FP8 copies that Transformer Engine writes before the GEMM: a
+# memory-bound pass per tensor whose bytes do not shrink the way the GEMM's FLOP time does.
+# Rules read in NVIDIA/TransformerEngine @d0067d0 (transformer_engine/pytorch/module/linear.py,
+# layernorm_linear.py, base.py grad_output_preprocess, distributed.py _all_gather_fp8,
+# csrc/extensions/normalization.cpp, common/normalization/layernorm/ln_api.cpp), per-tensor
+# scaling (Megatron's default --fp8-recipe delayed) as Megatron-Core's TE layer spec runs it
+# (NVIDIA/Megatron-LM @d98e8a6 megatron/core/models/gpt/gpt_layer_specs.py
+# get_mlp_module_spec_for_backend: fc1 a TELayerNormColumnParallelLinear, Megatron's own
+# activation, fc2 a TERowParallelLinear; qkv TELayerNormColumnParallelLinear, proj
+# TERowParallelLinear):
+# - a GEMM input X is quantized row-wise (forward GEMM) and column-wise (the transposed copy
+#   the wgrad GEMM reads): linear.py input_quantizer.set_usage(rowwise=True,
+#   columnwise=backward_needs_input), one cast-transpose kernel: read 2 B, write 1 + 1 B;
+# - every GEMM's output gradient dY likewise (linear.py grad_output_quantizer.set_usage(
+#   rowwise=True, columnwise=True): dgrad reads the row-wise copy, wgrad the column-wise one);
+# - with sequence parallelism a tensor TE all-gathers is quantized row-wise only before the
+#   gather (FP8 column-wise data cannot be gathered: distributed.py _all_gather_fp8) and
+#   transposed after it (read 1 B, write 1 B on the gathered tensor; the wgrad input is
+#   re-gathered in backward, linear.py backward_input_needs_gather);
+# - the qkv and fc1 inputs are the norm's output: the norm kernel writes FP8 itself
+#   (normalization.cpp FULLY_FUSED for Float8Quantizer) and then transposes it (ln_api.cpp
+#   "Compute FP8 transpose if required"): its write shrinks from 2 B to 1 B, the transpose adds
+#   1 + 1 B on the gathered tensor;
+# - weights are quantized (2 B read, 1 + 1 B written) once per optimizer step: Megatron-Core
+#   passes is_first_microbatch (megatron/core/extensions/transformer_engine.py forward;
+#   pipeline_parallel/schedules.py set_is_first_microbatch) and TE keeps the FP8 workspace
+#   for the step's other micro-batches (linear.py quantize_weight(update_workspace=...)).
+# Not counted: the amax reductions (one small all-reduce per tensor: latency), current
+# scaling's extra amax read (+2 B per standalone cast) and MXFP8's unfused norm (+3 B on the
+# qkv and fc1 inputs): JobSpec does not name the recipe, and per-tensor delayed scaling is
+# the default of the runs here (Megatron-LM --fp8-recipe delayed; NeMo 2.3's performance
+# scripts --fp8_recipe default "ds", NVIDIA/NeMo v2.3.0 scripts/performance/
+# argument_parser.py, which dgxc-benchmarking v25.05 runs with --compute_dtype fp8 only, H100
+# and GB200 alike). TE >= 2.4 (c770230) skips the transposes on Blackwell (non-TN FP8 GEMMs,
+# nvte_is_non_tn_fp8_gemm_supported); MXFP8 writes both copies there: the Hopper rule is
+# kept for every GPU.
+FP8_CAST_TRANSPOSE_BYTES = 4.0  # bytes per element: read 2 (bf16), write 1 row-wise + 1 column
+FP8_GATHERED_CAST_BYTES = 3.0  # per local element before an FP8 all-gather: read 2, write 1
+FP8_TRANSPOSE_BYTES = 2.0  # per gathered element: nvte_transpose reads 1 B and writes 1 B
+FP8_NORM_WRITE_SAVED = 1.0  # per norm-output element: the norm writes 1 B of FP8, not 2 B
+
+
+@dataclass(frozen=True)
+class CastBytes:
+    """Bytes one layer's FP8 quantization moves on one GPU (arrays over layouts): per
+    micro-batch in forward (GEMM inputs) and backward (output gradients, and the column-wise
+    copies of inputs gathered under sequence parallelism); per optimizer step its weights'."""
+
+    forward: np.ndarray
+    backward: np.ndarray
+    weights: np.ndarray
+
+
+def fp8_cast_bytes(model: ModelSpec, moe: bool, tokens, tp, sp, ep=1.0, etp=None,
+                   load=1.0) -> CastBytes:
+    """Bytes of the FP8 casts of one transformer layer (rules above) for `tokens` local
+    tokens (mbs x s / cp) per rank. MoE layers: the experts' inputs and gradients on the most
+    loaded rank (load x the mean routed copies, as layer_forward_times), standalone casts."""
+    tokens = np.asarray(tokens, dtype=float)
+    tp = np.asarray(tp, dtype=float)
+    sp = np.asarray(sp, dtype=bool)
+    h, a = model.hidden_size, model.num_attention_heads
+    v_dim = (model.v_head_dim or model.head_size) if model.is_mla else model.head_size
+    out_w = a * v_dim * h
+    qkv_out = (model.attention_matmul_params - out_w) / h  # qkv output features (all ranks)
+    mats = 3 if model.activation == "swiglu" else 2
+    cast, gathered = FP8_CAST_TRANSPOSE_BYTES, FP8_GATHERED_CAST_BYTES
+    # a column-parallel input gathered under SP (the norm's output): the norm writes 1 B less
+    # per local element; the column-wise copy is a transpose of the gathered tensor
+    norm_in = FP8_TRANSPOSE_BYTES * h - FP8_NORM_WRITE_SAVED * h / np.where(sp, tp, 1.0)
+    # a row-parallel output's gradient (h wide): gathered under SP, else one cast-transpose
+    row_grad = np.where(sp, gathered / tp + FP8_TRANSPOSE_BYTES, cast) * h
+    fwd = norm_in + cast * a * v_dim / tp  # qkv input (norm), proj input
+    bwd = row_grad + cast * qkv_out / tp  # proj dY, qkv dY
+    weights = model.attention_matmul_params  # the attention projections (all ranks)
+    if moe:
+        e, k, effn = model.num_experts, model.num_experts_per_tok, model.expert_ffn
+        etp = tp if etp is None else np.asarray(etp, dtype=float)
+        copies = k * etp / tp * load  # routed copies per local token on the loaded rank
+        fwd = fwd + cast * copies * (h + effn / etp)  # expert fc1 and fc2 inputs
+        bwd = bwd + cast * copies * (h + (mats - 1) * effn / etp)  # expert fc2 and fc1 dY
+        local_w = e / np.asarray(ep, dtype=float) * mats * h * effn / etp
+        if model.num_shared_experts:
+            sh = model.num_shared_experts * effn
+            fwd = fwd + cast * (h + sh / tp)
+            bwd = bwd + cast * (h + (mats - 1) * sh / tp)
+            local_w = local_w + mats * h * sh / tp
+        weights_local = weights / tp + local_w
+    else:
+        ffn = model.intermediate_size
+        fwd = fwd + norm_in + cast * ffn / tp  # fc1 input (norm), fc2 input (activation)
+        bwd = bwd + row_grad + cast * (mats - 1) * ffn / tp  # fc2 dY, fc1 dY
+        weights_local = (weights + mats * h * ffn) / tp
+    shape = np.ones_like(fwd * tokens)
+    return CastBytes(forward=fwd * tokens * shape, backward=bwd * tokens * shape,
+                     weights=cast * weights_local * shape)
+
+
+def fp8_cast_times(model: ModelSpec, gpu: GpuProfile, precision: str, moe: bool, tokens, tp,
+                   sp, ep=1.0, etp=None, load=1.0):
+    """(forward, backward) seconds per micro-batch and (weights) seconds per optimizer step
+    of one layer's FP8 casts (fp8_cast_bytes) at the profile's achieved HBM bandwidth
+    (hbm_tb_per_s x hbm_efficiency, the STREAM-like fraction the other memory-bound terms
+    use); zeros unless precision is fp8."""
+    zero = np.zeros(np.broadcast(np.asarray(tokens), np.asarray(tp)).shape)
+    if precision != "fp8":
+        return zero, zero, zero
+    b = fp8_cast_bytes(model, moe, tokens, tp, sp, ep, etp, load)
+    bw = gpu.hbm_bytes_per_s
+    return zero + b.forward / bw, zero + b.backward / bw, zero + b.weights / bw
+
+
 def head_forward_time(model: ModelSpec, gpu: GpuProfile, precision: str, tokens, tp):
     """Forward time of the LM head GEMM + cross-entropy on the last stage, per micro-batch.
     The head stays 16-bit in fp8 recipes: Megatron-Core's output_layer is a plain
@@ -291,6 +404,8 @@ class StageCompute:
     recompute: np.ndarray  # forward work re-run in backward (selective: attention; full: layers)
     attention: np.ndarray  # attention core forward of its layers
     total: np.ndarray  # forward + backward + recompute + launch overhead + exposed offload
+    cast: np.ndarray  # FP8 casts (fp8_cast_times), inside forward, backward and recompute
+    weight_cast: np.ndarray  # FP8 cast of its layers' weights, seconds per optimizer step
 
 
 def offload_exposed_time(gpu: GpuProfile, t: LayerTimes, copy_bytes, attention_kind: str):
@@ -312,11 +427,15 @@ def stage_compute_time(
     recompute,
     attention_kind: str,
     offload_bytes=None,
+    casts=None,
 ) -> StageCompute:
     """Compute seconds per micro-batch of each stage from its layer counts: forward, backward
     (backward_time), recomputation and the per-layer host launch time (profile.
     layer_overhead_us, fitted by calibrate; 0 in the stock profiles: forward 1 pass, backward 2,
-    full recompute 1 more); with offload (recompute code 3) the copies the layers cannot hide."""
+    full recompute 1 more); with offload (recompute code 3) the copies the layers cannot hide.
+    casts: fp8_cast_times of a dense and of an MoE layer, (N,) arrays: the per-micro-batch
+    casts are added to the forward and backward, the forward's again with full recompute; the
+    weights' (per step) are kept apart in weight_cast (the assembly adds them once a step)."""
     col, st, rc = _COL, stages, recompute
     fwd = (
         st["n_dense"] * dense.total[col]
@@ -329,6 +448,15 @@ def stage_compute_time(
     layer_fwd = st["n_dense"] * dense.total[col] + st["n_moe"] * moe.total[col]
     recomp = np.where((rc == 1)[col], attn_core, 0.0) + np.where((rc == 2)[col], layer_fwd, 0.0)
     bwd = backward_time(fwd, attn_core, attention_kind)
+    cast = weight_cast = np.zeros_like(fwd)
+    if casts is not None:
+        (d_f, d_b, d_w), (m_f, m_b, m_w) = casts
+        cast_f = st["n_dense"] * d_f[col] + st["n_moe"] * m_f[col]
+        cast_b = st["n_dense"] * d_b[col] + st["n_moe"] * m_b[col]
+        cast_r = np.where((rc == 2)[col], cast_f, 0.0)
+        fwd, bwd, recomp = fwd + cast_f, bwd + cast_b, recomp + cast_r
+        cast = cast_f + cast_b + cast_r
+        weight_cast = st["n_dense"] * d_w[col] + st["n_moe"] * m_w[col]
     passes = 3.0 + (rc == 2)
     total = fwd + bwd + recomp + layers * (gpu.layer_overhead_us * 1e-6 * passes)[col]
     if offload_bytes is not None and gpu.host_link_gb_per_s is not None and (rc == 3).any():
@@ -338,7 +466,7 @@ def stage_compute_time(
                                                     attention_kind)[col])
         total = total + np.where((rc == 3)[col], off, 0.0)
     return StageCompute(forward=fwd, backward=bwd, recompute=recomp, attention=attn_core,
-                        total=total)
+                        total=total, cast=cast, weight_cast=weight_cast)
 
 
 def optimizer_time(gpu: GpuProfile, local_params):
