@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.calibrate.bounds import fit_knobs
 from planner.calibrate.fit import (
     FitResult,
     _cv_folds,
@@ -43,7 +44,6 @@ from planner.specs.adjust import (
     LAYER_OVERHEAD_FLOOR_US,
     Knob,
     apply_values,
-    knobs_for,
     stock_values,
 )
 
@@ -162,7 +162,7 @@ class FewShotFit(FitResult):
 
 
 def _candidate_knobs(profile: GpuProfile, prior: FewShotPrior) -> list[Knob]:
-    own = {k.name: k for k in knobs_for(profile)}
+    own = {k.name: k for k in fit_knobs(profile)}  # measured bounds (calibrate.bounds)
     return [own[n] for n in CANDIDATES if n in own and n in prior.sd]
 
 

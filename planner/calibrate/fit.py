@@ -2,10 +2,11 @@
 
 Robust nonlinear least squares (scipy.optimize.least_squares, soft-L1 loss) on the log ratio
 log(predicted / measured) of every run, the prediction being the cost model's step time with the
-trial profile. Parameters live in physical bounds (no efficiency above 1) and are fitted in a unit
-box (log-spaced for scales and latencies); a weak prior pulls each parameter toward the stock value
-so a parameter the runs do not constrain stays where its source put it. Parameters that change no
-run's prediction are frozen before the fit.
+trial profile. Parameters live in their measured bounds (calibrate.bounds.fit_knobs: no
+efficiency above the best measured kernel of its kind on the GPU, physical where none is
+measured) and are fitted in a unit box (log-spaced for scales and latencies); a weak prior pulls
+each parameter toward the stock value so a parameter the runs do not constrain stays where its
+source put it. Parameters that change no run's prediction are frozen before the fit.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from planner.calibrate.bounds import fit_knobs
 from planner.errors import PlannerError
 from planner.layout import Layout
 from planner.measured.runs import MeasuredRun
 from planner.progress import track
 from planner.specs import GpuProfile
-from planner.specs.adjust import Knob, apply_values, knobs_for, stock_values
+from planner.specs.adjust import Knob, apply_values, stock_values
 
 # soft-L1 switches from quadratic to linear at a 5% log error: one bad run (a noisy BLOOM
 # snapshot, a straggler) cannot drag the fit. Weight of the stock-value prior, in log-error units
@@ -154,12 +156,13 @@ def fit_values(profile: GpuProfile, runs: Sequence[MeasuredRun], layouts: Sequen
     scale each run's share of the loss, e.g. so that every source counts alike."""
     from scipy.optimize import least_squares
 
-    knobs = [k for k in knobs_for(profile) if names is None or k.name in names]
+    every = fit_knobs(profile)
+    knobs = [k for k in every if names is None or k.name in names]
     if names is not None:
-        unknown = set(names) - {k.name for k in knobs_for(profile)}
+        unknown = set(names) - {k.name for k in every}
         if unknown:
             raise PlannerError(f"unknown fit parameter(s): {', '.join(sorted(unknown))}; known: "
-                               + ", ".join(k.name for k in knobs_for(profile)))
+                               + ", ".join(k.name for k in every))
     stock = stock_values(profile)
     u0 = np.array([k.to_unit(stock[k.name]) for k in knobs])
     base_pred = predict(profile, runs, layouts)
