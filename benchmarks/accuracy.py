@@ -210,7 +210,7 @@ ORIGINAL = "; shape and original value: "
 
 
 def _points_text(curve: Any) -> str:
-    return "[" + ", ".join(f"[{x:.4g}, {y:.3f}]" for x, y in curve.points) + "]"
+    return "[" + ", ".join(f"[{x:.4g}, {y:.4g}]" for x, y in curve.points) + "]"
 
 
 def write_stock_profile(path: Path, fitted: GpuProfile, values: dict[str, float],
