@@ -75,8 +75,13 @@ def test_closed_loop_reranks_with_the_fitted_profile(tmp_path):
     # (here TRUE's 5th and 6th, z3-sel and its z1 twin, are 0.23% apart; the fitted profile,
     # dp_overlap 1.0 from 4 runs, keeps ZeRO-3's unhidable first gather and last reduce-scatter
     # and so orders the twins the other way)
+    # All four calibration runs are pp 1, so nothing in them identifies a pipeline's cost: one
+    # plan shown may be a pipelined layout TRUE times beyond its 5th (tp1-pp2-dp4-vpp5, +13.6%).
+    # With the measured bounds (planner.calibrate.bounds) the fit lands near TRUE (intra-node
+    # bandwidth x0.087, TRUE x0.05); the unbounded fit that met "all five" did so from an
+    # unphysical profile (intra x1.93, attention and HBM efficiency 1.0).
     fifth = max(true_time(p.layout) for p in truth)
-    assert all(true_time(p.layout) <= fifth * 1.01 for p in result.plans_after)
+    assert sum(true_time(p.layout) <= fifth * 1.01 for p in result.plans_after) >= 4
     assert len({p.layout for p in result.plans_after} & {p.layout for p in truth}) >= 4
     assert {p.layout for p in result.plans_before} != {p.layout for p in truth}
     assert any(true_time(p.layout) > fifth * 1.01 for p in result.plans_before)
