@@ -104,10 +104,7 @@ def structural_fit(entries: list[dict[str, Any]]) -> dict[str, Any]:
     from planner.plan import TIME_COLUMNS
 
     kept = [e for e in entries if len(e["resid"])]
-    tau = bands.fit_structural_tau(np.concatenate([e["resid"] for e in kept]),
-                                   np.vstack([e["delta"] for e in kept]),
-                                   np.concatenate([np.full(len(e["resid"]), e["floor"])
-                                                   for e in kept]))
+    tau = ranking.structural_tau_of(kept)
     cov = ranking.structural_coverage(kept).set_index("layouts")
     return {"tau": {c: round(float(t), 4) for c, t in zip(TIME_COLUMNS, tau, strict=True)},
             "n": int(sum(len(e["resid"]) for e in kept)), "groups": len(kept),

@@ -413,6 +413,18 @@ def loop_summary(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def structural_tau_of(entries: Sequence[dict[str, Any]]) -> np.ndarray:
+    """tau of the structural band (planner.data.bands.fit_structural_tau) fitted on the layouts
+    not run of these replayed groups (closed_loop_group's STRUCT entries)."""
+    from planner.data.bands import fit_structural_tau
+
+    kept = [e for e in entries if len(e["resid"])]
+    return fit_structural_tau(np.concatenate([e["resid"] for e in kept]),
+                              np.vstack([e["delta"] for e in kept]),
+                              np.concatenate([np.full(len(e["resid"]), e["floor"])
+                                              for e in kept]))
+
+
 def structural_coverage(entries: Sequence[dict[str, Any]],
                         splits: dict[str, Any] | None = None) -> pd.DataFrame:
     """Coverage of the layouts not run (|measured / predicted - 1| <= band) by three bands after
@@ -422,15 +434,10 @@ def structural_coverage(entries: Sequence[dict[str, Any]],
     in sample) and the structural band
     (planner.specs.hardware.structural_band) with tau fitted held out: on every other group (leave
     one group out) and, per named split, on the other part only. Pooled and per source."""
-    from planner.data.bands import fit_structural_tau
     from planner.specs.hardware import structural_band
 
     def tau_without(keep: Any) -> np.ndarray:
-        train = [e for e in entries if keep(e) and len(e["resid"])]
-        return fit_structural_tau(np.concatenate([e["resid"] for e in train]),
-                                  np.vstack([e["delta"] for e in train]),
-                                  np.concatenate([np.full(len(e["resid"]), e["floor"])
-                                                  for e in train]))
+        return structural_tau_of([e for e in entries if keep(e)])
 
     split_tau = {name: tau_without(lambda o, t=test: not t(o))
                  for name, test in (splits or {}).items()}

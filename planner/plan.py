@@ -29,7 +29,7 @@ PLAN_COLUMNS: tuple[str, ...] = (
     # (planner.data.bands; step_time_low_s/high_s are the step time's absolute band)
     "ranking_band",
 )
-TIME_COLUMNS = tuple(c for c in PLAN_COLUMNS if c.startswith("time_"))
+TIME_COLUMNS = STEP_TIME_TERMS  # the time terms (planner.specs.hardware), in PLAN_COLUMNS
 MEM_COLUMNS = tuple(c for c in PLAN_COLUMNS if c.startswith("mem_") and c != "mem_capacity_gb")
 
 

@@ -290,13 +290,14 @@ def few_shot_fit(profile: GpuProfile, runs: Sequence[MeasuredRun], *, stack: Any
     theta0 = {k.name: _to_theta(k, stock[k.name]) for k in knobs}
     pred_before = predict(base, fit_runs, fit_layouts)
 
+    full = _map_fit(base, knobs, theta0, fit_runs, fit_layouts, measured, pred_before, prior,
+                    max_knobs, predict, least_squares)
     level_check = _level_or_knobs(base, knobs, theta0, fit_runs, fit_layouts, measured,
-                                  pred_before, prior, max_knobs, predict, least_squares)
-    if level_check is not None and level_check[0]:
-        max_knobs = 0
-    values, theta, fitted, kept, ranking, cov, noise = _map_fit(
-        base, knobs, theta0, fit_runs, fit_layouts, measured, pred_before, prior,
-        max_knobs, predict, least_squares)
+                                  pred_before, prior, max_knobs, predict, least_squares, full[2])
+    if level_check is not None and level_check[0]:  # the level only: refit without knobs
+        full = _map_fit(base, knobs, theta0, fit_runs, fit_layouts, measured, pred_before,
+                        prior, 0, predict, least_squares)
+    values, theta, fitted, kept, ranking, cov, noise = full
     if level_check is not None:
         level_only, rms_level, rms_knobs = level_check
         kept[LEVEL_CHECK] = (
@@ -376,7 +377,8 @@ LEVEL_MARGIN = 1.0
 
 
 def _level_or_knobs(base, knobs, theta0, runs, layouts, measured, pred0, prior, max_knobs,
-                    predict, least_squares) -> tuple[bool, float, float] | None:
+                    predict, least_squares, chosen: Sequence[str],
+                    ) -> tuple[bool, float, float] | None:
     """Whether these runs identify knobs beyond their common level, checked on the runs
     themselves: each run is predicted from the others twice, by the knobs the few-shot fit
     chooses on all the runs (refitted, MAP, the uniform pass after) and by the level alone (no
@@ -386,15 +388,11 @@ def _level_or_knobs(base, knobs, theta0, runs, layouts, measured, pred0, prior, 
     differ little in what they exercise let two knobs reproduce them exactly while extrapolating
     their between-layout noise to every other layout (the nanotron replay, docs/calibrate.md "Level
     or knobs"); a knob the runs really identify predicts a left-out run (the hidden-profile
-    tests). Returns (level only?, RMS log error of the level, of the knobs), None when fewer
-    than 3 runs or no knob could be fitted anyway."""
+    tests). `chosen`: the knobs the fit on all the runs chose. Returns (level only?, RMS log
+    error of the level, of the knobs), None when fewer than 3 runs or no knob was chosen."""
     n = len(runs)
     budget = max(0, n - 1) if max_knobs is None else min(max_knobs, n - 1)
-    if n < 3 or budget < 1:
-        return None
-    chosen = _map_fit(base, knobs, theta0, runs, layouts, measured, pred0, prior, max_knobs,
-                      predict, least_squares)[2]
-    if not chosen:
+    if n < 3 or budget < 1 or not chosen:
         return None
     log_meas = np.log(measured)
     level, knobs_err = np.empty(n), np.empty(n)

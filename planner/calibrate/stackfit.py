@@ -109,11 +109,9 @@ def fit_stack_factors(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Lay
             - measured
 
     best = None
-    for i in range(3):  # a few starts: flat spots
-        x0 = np.array([starts[k][i] for k in knobs])
-        if best is not None and len(knobs) == 1 and np.allclose(x0, 0.0) and i:
-            continue  # one knob: the repeated start adds nothing
-        res = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1",
+    # a few starts (flat spots), each once: one knob's starts can repeat
+    for start in dict.fromkeys(tuple(starts[k][i] for k in knobs) for i in range(3)):
+        res = least_squares(residuals, np.array(start), bounds=(lo, hi), loss="soft_l1",
                             f_scale=ROBUST_SCALE, diff_step=1e-3)
         if best is None or res.cost < best.cost:
             best = res
