@@ -21,7 +21,9 @@ improve_splits runs the split search inside `search`: a layout's split replaces 
 rule's (pipeline.stage_layer_counts) only where its re-evaluated step time is lower, or it fits
 where the even one does not. Layouts whose step time cannot beat the K-th best plan even with
 perfectly balanced stages (a lower bound from the linear stage times) are skipped, which keeps
-the search exact for the top K.
+the search exact for the top K, unless that bound could put them in the tie with the fastest
+(planner.search.ties.join_cap): the tie's robust order picks plan 1 among its layouts, so all of
+them are solved and plan 1 and the tie's count do not depend on K.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import numpy as np
 from planner.costmodel import pipeline
 from planner.layout import chunks_of_stages
 from planner.search import problem as _problem
+from planner.search import ties
 from planner.search.problem import MEM_UNIT_GIB, Space, Split
 from planner.specs import GIB
 
@@ -410,15 +413,20 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
     kth = np.inf
     if eligible.sum() >= top_k:
         kth = float(np.partition(step[eligible], top_k - 1)[top_k - 1])
+    # the largest bound at which a row may still join the tie with the fastest (ties.join_cap):
+    # such a row is solved whatever top_k, since the tie's robust order picks plan 1 among its
+    # rows (an unsolved split there let plan 1 change with --top)
+    cap = ties.join_cap(space, eligible)[rows]
     bound, gains, can_fit = (_balanced_bound(space, rows) if uniform
-                             else _balanced_bound_kinds(space, rows, kth))
-    # a row can gain only if its best whole-layer split beats the K-th best plan, and lowers
-    # the slowest stage below its even split's (or the even split does not fit)
+                             else _balanced_bound_kinds(space, rows, max(kth, cap.max())))
+    # a row can gain only if its best whole-layer split beats the K-th best plan or may join
+    # the tie, and lowers the slowest stage below its even split's (or the even one does not fit)
     slack = 1e-9 * np.maximum(step[rows], 1.0)
     may_gain = (gains | ~space.fits[rows]) & (space.fits[rows] | can_fit)
-    keep = (bound <= kth + slack) & may_gain
+    joins = bound <= cap + slack
+    keep = ((bound <= kth + slack) | joins) & may_gain
     floor[rows[may_gain]] = bound[may_gain]  # the rows solved below are set back to inf
-    cand, bound = rows[keep], bound[keep]
+    cand, bound, joins = rows[keep], bound[keep], joins[keep]
     if not len(cand):
         return space, 0, floor
     # branch and bound: the candidates by bound, SPLIT_CHUNK at a time; each chunk's better
@@ -430,7 +438,7 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
     # rows taken and the K-th best are exactly the chunk-by-chunk search's. Mixtral on 65536
     # H100 at 2**20 sequences: 1,709 splits, 54 chunks, 41 cost-model calls -> 4.
     order = np.argsort(bound, kind="stable")
-    cand, bound = cand[order], bound[order]
+    cand, bound, joins = cand[order], bound[order], joins[order]
     current, current_fits = step.copy(), space.fits.copy()
     best_k = _KthBest(current, pinned & current_fits, top_k)
     found: dict[int, tuple[int, ...]] = {}
@@ -440,7 +448,8 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
     window = SPLIT_WINDOW if _problem.EXACT_SHORTCUTS else 1
     while start < len(cand) and not finished:
         stop = min(start + SPLIT_CHUNK * window, len(cand))
-        ahead = cand[start:stop][bound[start:stop] <= kth + 1e-9 * max(kth, 1.0)]
+        ahead = cand[start:stop][(bound[start:stop] <= kth + 1e-9 * max(kth, 1.0))
+                                 | joins[start:stop]]
         splits = _solve_rows(space, ahead, solved, config)
         position: dict[int, int] = {}
         if splits:
@@ -450,8 +459,9 @@ def improve_splits(space: Space, pins: Mapping[str, Any], top_k: int,
             position = {r: j for j, r in enumerate(idx.tolist())}
         for at in range(start, stop, SPLIT_CHUNK):
             chunk = cand[at:at + SPLIT_CHUNK]
-            live = bound[at:at + SPLIT_CHUNK] <= kth + 1e-9 * max(kth, 1.0)
-            if not live.any():
+            live = ((bound[at:at + SPLIT_CHUNK] <= kth + 1e-9 * max(kth, 1.0))
+                    | joins[at:at + SPLIT_CHUNK])
+            if not live.any() and not joins[at:].any():
                 finished = True  # sorted by bound: every later row is out as well
                 break
             chunk = chunk[live]

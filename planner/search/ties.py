@@ -51,16 +51,29 @@ def tie_group(space: Space, eligible: np.ndarray, best: int) -> np.ndarray:
     return np.asarray(eligible, dtype=bool) & overlaps_best(low, high, best)
 
 
+def join_cap(space: Space, eligible: np.ndarray, best: int | None = None) -> np.ndarray:
+    """Per row, the largest step time (seconds) at which its band's low end still reaches the
+    high end of row `best`'s band (default: the fastest eligible row's; inf when none is
+    eligible), i.e. at which it would be tied with it. The band scales with the step time
+    (step_time_s x (1 - ranking_band)), so the row's relative low end is applied."""
+    low, high = bands(space)
+    step = np.asarray(space.columns["step_time_s"], dtype=float)
+    eligible = np.asarray(eligible, dtype=bool)
+    if best is None:
+        if not eligible.any():
+            return np.full(len(step), np.inf)
+        best = int(np.flatnonzero(eligible)[np.argmin(step[eligible])])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel_low = np.where(step > 0, low / step, 1.0)
+        return np.where(rel_low > 0, high[best] / rel_low, np.inf)
+
+
 def may_join(space: Space, floor: np.ndarray, best: int, group: np.ndarray) -> np.ndarray:
     """Boolean mask: rows outside the tie `group` whose lower bound on the step time (`floor`,
     seconds: improve_splits' bound on a split it did not search; inf where the row's time is
-    its best) could put their band's low end at or under the fastest's high end. The band
-    scales with the step time (step_time_s x (1 - ranking_band)), so the row's relative low
-    end is applied to its bound."""
-    low, high = bands(space)
-    step = np.asarray(space.columns["step_time_s"], dtype=float)
+    its best) is within join_cap of the fastest row `best`."""
     # inf (a row whose time is its best) stays inf and cannot join
-    reach = np.asarray(floor, dtype=float) * (low / step) <= high[best]
+    reach = np.asarray(floor, dtype=float) <= join_cap(space, group, best)
     return reach & ~np.asarray(group, dtype=bool)
 
 
