@@ -145,13 +145,19 @@ def absolute_residuals(loso: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def stats(ratios: np.ndarray, w: float) -> dict[str, Any]:
-    """n, width, in-sample coverage, median and p90 of |ratio - 1| (fractions, rounded)."""
+def stats(ratios: np.ndarray, w: float, weights: Any = None) -> dict[str, Any]:
+    """n, width, in-sample coverage (weighted as the width), median and p90 of |ratio - 1|
+    (fractions, rounded)."""
     dev = np.abs(ratios - 1)
     return {"width": round(w, 4), "n": int(len(ratios)),
-            "coverage": round(bands.coverage(ratios, w), 4),
+            "coverage": round(bands.coverage(ratios, w, weights), 4),
             "median": round(float(np.median(dev)), 4), "p90": round(float(np.quantile(dev, .9)),
                                                                     4)}
+
+
+def source_width(res: pd.DataFrame) -> float:
+    """Width of absolute residuals with every source weighing alike (planner.data.bands)."""
+    return bands.width(res["ratio"].to_numpy(), bands.group_weights(res["source"]))
 
 
 def tie_rule_pairs(rank: pd.DataFrame, w: float, margin: float = 0.03) -> dict[str, Any]:
@@ -175,20 +181,24 @@ def tie_rule_pairs(rank: pd.DataFrame, w: float, margin: float = 0.03) -> dict[s
 
 def held_out_coverage(res: pd.DataFrame) -> pd.DataFrame:
     """Per source and cell: coverage of the source's residuals by the cell's width computed on
-    the other sources' residuals (the band's honesty on a source it never saw)."""
+    the other sources' residuals (source_width: the band's honesty on a source it never saw);
+    then per cell, source ALL (each run counts once) and SOURCES (each source counts once, what
+    a user with unseen software meets)."""
     out = []
     for (cell, source), g in res.groupby(["cell", "source"]):
-        rest = res[(res["cell"] == cell) & (res["source"] != source)]["ratio"].to_numpy()
-        w = bands.width(rest)
+        rest = res[(res["cell"] == cell) & (res["source"] != source)]
+        w = source_width(rest) if len(rest) else float("nan")
         out.append({"cell": cell, "source": source, "n": len(g), "width_without": w,
                     "coverage": bands.coverage(g["ratio"].to_numpy(), w) if w == w else np.nan})
     frame = pd.DataFrame(out)
     for cell, g in frame.groupby("cell"):
         ok = g[g["coverage"].notna()]
         if len(ok):
-            pooled = float(np.average(ok["coverage"], weights=ok["n"]))
-            frame.loc[len(frame)] = {"cell": cell, "source": "ALL", "n": int(ok["n"].sum()),
-                                     "width_without": np.nan, "coverage": pooled}
+            for name, weights in (("ALL", ok["n"]), ("SOURCES", None)):
+                frame.loc[len(frame)] = {
+                    "cell": cell, "source": name, "n": int(ok["n"].sum()),
+                    "width_without": np.nan,
+                    "coverage": float(np.average(ok["coverage"], weights=weights))}
     return frame
 
 
@@ -277,12 +287,18 @@ def main(argv: list[str] | None = None) -> int:
         r = absolute[absolute["cell"] == name]["ratio"].to_numpy()
         if not len(r):  # no run of this kind: the widest measured cell (said so)
             continue
-        h = held[(held["cell"] == name) & (held["source"] == "ALL")]["coverage"]
-        absolute_out[name] = {**stats(r, bands.width(r)),
-                              "sources": sorted(absolute[absolute["cell"] == name]["source"]
-                                                .unique().tolist()),
-                              "coverage_held_out": round(float(h.iloc[0]), 4) if len(h)
-                              else None}
+        mine = absolute[absolute["cell"] == name]
+
+        def held_at(which: str, name: str = name) -> float | None:
+            h = held[(held["cell"] == name) & (held["source"] == which)]["coverage"]
+            return round(float(h.iloc[0]), 4) if len(h) else None
+
+        absolute_out[name] = {**stats(r, source_width(mine),
+                                      bands.group_weights(mine["source"])),
+                              "weights": "each source counts once",
+                              "sources": sorted(mine["source"].unique().tolist()),
+                              "coverage_held_out": held_at("ALL"),
+                              "coverage_held_out_by_source": held_at("SOURCES")}
     for (named, borrowed), name in bands.CELLS.items():
         own = absolute_out.get(bands.cell(named, False))
         mine = absolute_out.get(name)

@@ -5,7 +5,10 @@
   sources left out of every fit (benchmarks/accuracy.py leave_one_source_out), per cell of what
   the data supports: the software stack named (`--stack`, a preset fitted on other sources) or
   not, and the GPU's GEMM curve measured on that chip or borrowed from another
-  (GpuProfile.gemm_curve_from, GpuProfile.curve_is_borrowed).
+  (GpuProfile.gemm_curve_from, GpuProfile.curve_is_borrowed). Every source weighs alike
+  (group_weights over sources): a user with software the fits never saw is one more source,
+  and a pooled width would be set by the largest sources (dgxc, llm-foundry: 463 of 665 runs),
+  whose errors are the smallest.
 - the **ranking band** (`ranking_band`, GpuProfile.ranking_band): the error between layouts of
   one job, after the job's common offset (its software's efficiency, the same for every layout)
   is removed: each layout's log(measured / predicted) less its group's median, on the measured
