@@ -7,7 +7,7 @@ import pytest
 
 from planner import JobSpec, Layout, estimate, load_model, parse_cluster
 from planner.data import bands as measured_bands
-from planner.search import build_space, search
+from planner.search import build_space, search, with_stage_layers
 from planner.search.bands import overlaps_best, plans_indistinguishable, robust_step_time
 
 
@@ -105,6 +105,31 @@ def test_every_layout_that_may_tie_gets_its_split_solved() -> None:
     qwen, h100 = load_model("qwen3-32b"), parse_cluster("64xH100")
     heads = {k: str(search(qwen, h100, job, {}, k).plans()[0].layout) for k in (1, 3, 10)}
     assert len(set(heads.values())) == 1, heads
+
+
+@pytest.mark.parametrize("model_name,cluster_name", [("llama70b", "128xA100"),
+                                                     ("qwen3-32b", "64xH100")])
+def test_the_plans_shown_are_those_of_the_space_with_every_split_solved(
+        model_name: str, cluster_name: str) -> None:
+    """The K plans shown, with their splits, are exactly those ranked over the space with every
+    layout's split solved (the search's own selection and tie order run on improve_splits with
+    K = every row): the split search leaves unsolved only layouts that can neither reach the
+    top K by time nor join the tie with the fastest."""
+    from planner.search import _rank_ties
+    from planner.search.cpsat import SelectionModel
+    from planner.search.stages import improve_splits
+
+    model, cluster = load_model(model_name), parse_cluster(cluster_name)
+    job = JobSpec(seq_len=4096, global_batch=1024)
+    every, _, floor = improve_splits(build_space(model, cluster, job, {}), {}, 10**9)
+    for k in (1, 10):
+        by_time = SelectionModel(every, {}, k).solve().indices
+        indices, _, total, _ = _rank_ties(every, {}, k, by_time, None, floor)
+        want = [str(with_stage_layers(every.layout(i), model.num_hidden_layers))
+                for i in indices]
+        result = search(model, cluster, job, {}, k)
+        got = [str(p.layout) for p in result.plans()]
+        assert got == want and result.tied_total == total
 
 
 def test_a_clear_winner_is_alone() -> None:
