@@ -152,8 +152,9 @@ def fit_check(path: Path = PUBLISHED_RUNS_CSV) -> tuple[pd.DataFrame, int]:
     knobs, its status against the usable capacity (fits; tight: "may not fit" below the line;
     over: "may not fit" above it, which the search leaves out; refused: "does not fit", beyond
     the memory band) and the lightest recompute that fits (peak <= capacity). flagged: status
-    not "fits" or a heavier recompute needed. Returns the frame and the runs left unchecked
-    (a degree unstated)."""
+    not "fits" or a heavier recompute needed; contradicted: what the row states cannot fit
+    (over or refused at a stated recompute; no recompute fits where unstated). Returns the
+    frame and the runs left unchecked (a degree unstated)."""
     runs, _ = load_table(path)
     rows, unchecked = [], 0
     for run in runs:
@@ -197,6 +198,10 @@ def fit_check(path: Path = PUBLISHED_RUNS_CSV) -> tuple[pd.DataFrame, int]:
                      "recompute": stated or "(unstated)", "grads": run.job.grad_dtype,
                      "peak_gb": peak, "capacity_gb": cap, "status": status, "needs": needed,
                      "heavier": heavier, "flagged": status != "fits" or heavier,
+                     # the search would not offer the run's layout at any recompute its row
+                     # allows (the stated one; any where unstated): the run that ran, refused
+                     "contradicted": bool(fitting == [] or (stated and status in
+                                                             ("over", "refused"))),
                      **{k: float(c[k][i]) for k in TERMS[:3]},
                      "activations_gb": float(c["mem_activations_gb"][i]),
                      "in_flight": float(c["in_flight"][i])})
@@ -206,7 +211,8 @@ def fit_check(path: Path = PUBLISHED_RUNS_CSV) -> tuple[pd.DataFrame, int]:
 def fit_summary(frame: pd.DataFrame) -> pd.DataFrame:
     """Per source and overall: runs checked (and how many leave recompute unstated), and how
     many fit, are tight, over, refused, need a heavier recompute than stated (none where
-    unstated), and are flagged (any of these). Where recompute is unstated, "needs" is what the
+    unstated), are flagged (any of these), and are contradicted (fit_check: the run that ran
+    refused at what its row states). Where recompute is unstated, "needs" is what the
     estimate requires, not a contradiction unless the recipe is known to run without it."""
     out = []
     for name, g in [*frame.groupby("source"), ("ALL", frame)]:
@@ -215,7 +221,8 @@ def fit_summary(frame: pd.DataFrame) -> pd.DataFrame:
                     **{s: int((g["status"] == s).sum()) for s in ("fits", "tight", "over",
                                                                    "refused")},
                     "heavier_recompute": int(g["heavier"].sum()),
-                    "flagged": int(g["flagged"].sum())})
+                    "flagged": int(g["flagged"].sum()),
+                    "contradicted": int(g["contradicted"].sum())})
     return pd.DataFrame(out)
 
 
@@ -241,7 +248,8 @@ def main() -> None:
     print(device_check().to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     frame, unchecked = fit_check()
     print(f"\nruns that ran, degrees stated ({len(frame)} dense runs; {unchecked} unchecked: a "
-          f"degree unstated): flagged {int(frame['flagged'].sum())}")
+          f"degree unstated): flagged {int(frame['flagged'].sum())}, refused at what the row "
+          f"states {int(frame['contradicted'].sum())}")
     print(fit_summary(frame).to_string(index=False))
     flagged = frame[frame["flagged"]]
     if ns.fit_rows and len(flagged):

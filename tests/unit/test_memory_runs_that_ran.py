@@ -100,3 +100,21 @@ def test_fit_check_counts_the_runs_that_ran(runs):
     assert summary.loc["ALL", "flagged"] == int(frame["flagged"].sum())
     over = frame["status"].isin(["over", "refused"])
     assert (frame.loc[over, "peak_gb"] > frame.loc[over, "capacity_gb"]).all()
+    # no run that ran is refused at what its row states (issue 19 section 4's target)
+    assert summary.loc["ALL", "contradicted"] == 0
+
+
+def test_fit_check_contradicts_a_run_no_recompute_fits(tmp_path):
+    """A row that could not have run: NVIDIA's 405B recipe (row 684: 512 H100, seq 8192, cp 2,
+    recompute unstated) restated without model parallelism, tp 1 pp 1 dp 256 with ZeRO-1: every
+    GPU holds the 16-bit weights of all 405B parameters (2 B x 4.06e11 = 756 GiB) against 80 GB,
+    at any recompute: contradicted, needs '(none fits)'."""
+    table = pd.read_csv(PUBLISHED_RUNS_CSV)
+    row = table[(table.source_id == "dgxc_benchmarking") & (table.row_id == 684)].copy()
+    row[["tp", "pp", "dp", "vpp", "zero_or_fsdp"]] = [1, 1, 256, 1, "ZeRO-1"]
+    path = tmp_path / "runs.csv"
+    row.to_csv(path, index=False)
+    frame, _ = load_bench("memory").fit_check(path)
+    assert len(frame) == 1
+    assert frame["mem_weights_gb"].iloc[0] > 700
+    assert frame["needs"].iloc[0] == "(none fits)" and bool(frame["contradicted"].iloc[0])
