@@ -33,11 +33,13 @@ Per group and pooled over groups, split into the sources the stock profiles were
 
 --closed-loop K replays `planner solve --calibrate K` on every group of at least
 max(LOOP_MIN_LAYOUTS, K + 2) layouts, the measurement injected: the K plans the loop's choice
-picks from the ranked group are "run" (their recorded step times are what the refit sees, as
-MeasuredRuns with the group's own job; the real loop reads them back from validate records), the
-profile is refitted to them, the group is ranked again, and the user ends with the fastest of
-what ran and the new first pick. choose() and refit() are the seam to planner.calibrate (one
-call each).
+picks among the group's first loop_candidates(K) plans (the candidates solve --calibrate
+chooses among) are "run" (their recorded step times are what the refit sees, as MeasuredRuns
+with the group's own job; the real loop reads them back from validate records), the profile is
+refitted to them, the group is ranked again, and the user ends with the fastest of what ran and
+the new first pick. choose() and refit() are the seam to planner.calibrate (one call each).
+unrun_error: median |predicted / measured - 1| over the layouts not run (median over groups);
+unrun_candidates_error: the same over the candidates not run (the plans solve shows).
 
 --stack-fit ranks each group again after fitting its software stack's efficiency knobs
 (STACK_KNOBS, or --stack-knobs) on the same source's other timed runs on that GPU, never the
@@ -318,7 +320,8 @@ def closed_loop_group(group: Group, k: int, before: Sequence[Plan],
     re-rank; the user ends with the fastest of what ran and the new first pick."""
     gpu = group.runs[0].cluster.gpu
     index = {lay: i for i, lay in enumerate(group.layouts)}
-    chosen = [index[p.layout] for p in choose(before, k)]
+    candidates = [index[p.layout] for p in before[:loop_candidates(k)]]
+    chosen = [index[p.layout] for p in choose(before[:loop_candidates(k)], k)]
     ran = [group.runs[i] for i in chosen]
     fit = refit(gpu, ran, [group.layouts[i] for i in chosen], knobs)
     fitted = fit.profile
@@ -334,6 +337,11 @@ def closed_loop_group(group: Group, k: int, before: Sequence[Plan],
     def rest_error(pred: dict[int, float]) -> float:
         return float(np.median([abs(pred[i] / group.measured[i] - 1) for i in rest])) \
             if rest else np.nan
+
+    def candidates_error(pred: dict[int, float]) -> float:
+        shown = [i for i in candidates if i not in chosen]
+        return float(np.median([abs(pred[i] / group.measured[i] - 1) for i in shown])) \
+            if shown else np.nan
 
     def rest_covered(pred: dict[int, float], rel: float) -> float:
         """Share of the layouts not run inside the step-time band pred x (1 -+ rel)."""
@@ -357,6 +365,9 @@ def closed_loop_group(group: Group, k: int, before: Sequence[Plan],
             "rest_covered_before": rest_covered(pred_before, gpu.step_time_band),
             "rest_covered_after": rest_covered(pred_after, fitted.step_time_band),
             "loop_first": str(after[0].layout),
+            # the candidates solve --calibrate chose among (what solve shows), less those run
+            "cand_error_before": candidates_error(pred_before),
+            "cand_error_after": candidates_error(pred_after),
             STRUCT: _structural_inputs(group, fit, after, chosen, rest)}
 
 
@@ -409,7 +420,9 @@ def loop_summary(rows: pd.DataFrame) -> pd.DataFrame:
             "no_refit_regret_mean": g["norefit_regret"].mean(),
             "no_refit_within_3pct": (g["norefit_regret"] <= PAIR_MARGIN).mean(),
             "unrun_error_before": g["rest_error_before"].median(),
-            "unrun_error_after": g["rest_error_after"].median()})
+            "unrun_error_after": g["rest_error_after"].median(),
+            "unrun_candidates_error_before": g["cand_error_before"].median(),
+            "unrun_candidates_error_after": g["cand_error_after"].median()})
     return pd.DataFrame(out)
 
 
@@ -581,6 +594,18 @@ def evaluate(tables: Sequence[Path], closed_loop: int | None = None, stack_fit: 
     return pd.DataFrame(rows), groups
 
 
+def loop_candidates(k: int) -> int:
+    """How many ranked plans `solve --calibrate k` chooses its k runs among: the first
+    max(top_k, CANDIDATES_PER_RUN k) (planner.validate.loop.closed_loop, top_k at its default,
+    solve --top's)."""
+    import inspect
+
+    from planner.validate.loop import CANDIDATES_PER_RUN, closed_loop
+
+    top = inspect.signature(closed_loop).parameters["top_k"].default
+    return max(top, CANDIDATES_PER_RUN * k)
+
+
 def loop_min_layouts(k: int) -> int:
     """Smallest group the closed loop is replayed on: K runs and at least two it did not run."""
     return max(LOOP_MIN_LAYOUTS, k + 2)
@@ -682,6 +707,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{loop_min_layouts(ns.closed_loop)} layouts) ==")
         print(_fmt(ls).to_string(index=False))
         md += [f"### closed loop, K = {ns.closed_loop}", "", _markdown(_fmt(ls)), ""]
+        loop_groups = looped[["group", "layouts", "pairwise", "loop_pairwise", "regret",
+                              "loop_regret", "end_regret", "rest_error_before",
+                              "rest_error_after", "cand_error_before", "cand_error_after"]]
+        if ns.groups:
+            print("\n== closed loop per group ==")
+            print(_fmt(loop_groups).to_string(index=False))
+        md += ["### closed loop per group", "", _markdown(_fmt(loop_groups)), ""]
         entries = [g.extra[STRUCT] for g in groups if STRUCT in g.extra]
         # held-out splits by model size: tau fitted on the other part only
         def small(e: dict[str, Any]) -> bool:  # nanotron 1.34B and BLOOM

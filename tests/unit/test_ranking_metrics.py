@@ -175,3 +175,35 @@ def test_main_on_a_sweep_table(tmp_path, capsys) -> None:
     assert got.loc[0, "layouts"] == len(group.layouts) == len(rows.drop_duplicates(
         ["tp", "pp", "dp", "micro_batch"]))
     assert "held out" in capsys.readouterr().out
+
+
+def test_the_loop_chooses_among_solves_candidates_only(published_groups, monkeypatch) -> None:
+    """solve --calibrate 3 chooses its runs among the first max(--top 10, 4 x 3) = 12 plans
+    (planner.validate.loop); the replay hands the chooser the same 12 of a 16-layout group, and
+    unrun_candidates_error is the median |predicted / measured - 1| of the 9 of them not run."""
+    seen: dict[str, list] = {}
+    real = rk.choose
+
+    def spy(plans, k):
+        seen["plans"] = list(plans)
+        return real(plans, k)
+
+    class Stock:  # the refit replaced by the stock profile: after == before
+        def __init__(self, profile) -> None:
+            self.profile = profile
+
+    monkeypatch.setattr(rk, "choose", spy)
+    monkeypatch.setattr(rk, "refit", lambda gpu, runs, layouts, knobs=None: Stock(gpu))
+    group = max(published_groups, key=lambda g: len(g.layouts))
+    assert len(group.layouts) == 16
+    before = rk.rank_plans(group, group.runs[0].cluster.gpu)
+    out = rk.closed_loop_group(group, 3, before)
+    assert rk.loop_candidates(3) == 12 and rk.loop_candidates(1) == 10
+    assert seen["plans"] == before[:12]
+    chosen = {p.layout for p in real(before[:12], 3)}
+    index = {lay: i for i, lay in enumerate(group.layouts)}
+    errors = [abs(p.estimate.step_time_s / group.measured[index[p.layout]] - 1)
+              for p in before[:12] if p.layout not in chosen]
+    assert len(errors) == 9
+    assert out["cand_error_before"] == pytest.approx(float(np.median(errors)))
+    assert out["cand_error_after"] == pytest.approx(out["cand_error_before"])
