@@ -52,6 +52,9 @@ class StackRecipe(BaseModel):
         default=None, description="The ZeRO-1/2 parameter all-gather overlaps the next forward.")
     dp_bucket_mb: float | None = Field(
         default=None, gt=0, description="MiB of 16-bit gradients per DP reduction call.")
+    zero1_grad_all_reduce: bool | None = Field(
+        default=None, description="ZeRO-1 all-reduces the whole gradient buffer after the "
+        "backward, blocking (JobSpec.zero1_grad_all_reduce).")
     tp_comm_overlap: bool | None = Field(
         default=None, description="TP/SP collectives overlap their GEMMs.")
     p2p_overlap: bool | None = Field(

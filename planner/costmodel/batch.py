@@ -368,13 +368,18 @@ def dp_and_optimizer_time(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, 
     grad_w = memory.grad_reduce_bytes(x.zero, job.grad_dtype, job.grad_reduce_dtype)
     unit = at(state.unit, heavy)
     dp_group = comm.Group(cluster, state.d_dense, x.tp)
+    z1_ar = job.zero1_grad_all_reduce
     per_step, per_mb, gather = comm.dp_traffic_time(dp_group, pd_h, x.zero, grad_w, unit,
-                                                    job.dp_bucket_mb)
+                                                    job.dp_bucket_mb, z1_ar)
+    blocking = comm.zero1_blocking_time(dp_group, pd_h, x.zero, grad_w) if z1_ar else 0.0
     if model.is_moe:
-        ps_e, pm_e, g_e = comm.dp_traffic_time(
-            comm.Group(cluster, state.d_expert, x.etp * x.ep), pe_h, x.zero, grad_w, unit,
-            job.dp_bucket_mb)
+        e_group = comm.Group(cluster, state.d_expert, x.etp * x.ep)
+        ps_e, pm_e, g_e = comm.dp_traffic_time(e_group, pe_h, x.zero, grad_w, unit,
+                                               job.dp_bucket_mb, z1_ar)
         per_step, per_mb, gather = per_step + ps_e, per_mb + pm_e, gather + g_e
+        if z1_ar:
+            blocking = blocking + comm.zero1_blocking_time(e_group, pe_h, x.zero, grad_w)
+    per_step = per_step + blocking
     fwd, rc, bwd = (at(t.compute.forward, heavy), at(t.compute.recompute, heavy),
                     at(t.compute.backward, heavy))
     floor = 0.0
@@ -384,7 +389,7 @@ def dp_and_optimizer_time(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, 
                          0.0)
     time_dp = comm.dp_exposed_time(per_step, per_mb, x.m, x.zero, fwd, rc, bwd,
                                    cluster.gpu.dp_overlap, job.grad_overlap, gather,
-                                   job.param_gather_overlap, floor)
+                                   job.param_gather_overlap, floor, blocking)
     shard = np.where(x.zero >= 1, pd_h / state.d_dense + pe_h / state.d_expert, pd_h + pe_h)
     return time_dp, compute.optimizer_time(cluster.gpu, shard)
 

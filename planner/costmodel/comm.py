@@ -326,7 +326,7 @@ def pp_p2p_time(cluster: ClusterSpec, model, tokens, tp, pp, dp, cp, vpp, sp, m,
 
 
 def dp_traffic_time(group: Group, params, zero, grad_bytes, unit_bytes,
-                    bucket_mb: float | None = None):
+                    bucket_mb: float | None = None, zero1_all_reduce: bool = False):
     """(per-step, per-micro-batch, parameter gather) seconds of the data-parallel traffic for
     `params` local parameters: ZeRO 0 all-reduces the gradients, 1 reduce-scatters them, 1-2
     all-gather the updated parameters (the third value, also inside per-step), 2
@@ -334,7 +334,10 @@ def dp_traffic_time(group: Group, params, zero, grad_bytes, unit_bytes,
     `unit_bytes`) in forward and backward and reduce-scatters its gradients. Gradients go in
     buckets of `bucket_mb` MiB of 16-bit gradients (JobSpec.dp_bucket_mb; torch DDP counts
     bucket_cap_mb in the parameters' dtype, and nanotron's fp32 accumulator hook reduces the
-    same parameters' fp32 buffer) or Megatron's; the parameter gather keeps Megatron's."""
+    same parameters' fp32 buffer) or Megatron's; the parameter gather keeps Megatron's.
+    zero1_all_reduce (JobSpec.zero1_grad_all_reduce): ZeRO-1 reduces its gradients with
+    zero1_blocking_time's one all-reduce instead, which the caller charges: no reduce-scatter
+    here."""
     bucket = np.maximum(DP_BUCKET_ELEMENTS, 1e6 * group.size)
     calls = np.maximum(np.ceil(params / bucket), 1.0)
     elems = np.minimum(params, bucket)
@@ -347,7 +350,7 @@ def dp_traffic_time(group: Group, params, zero, grad_bytes, unit_bytes,
         calls_g = calls
     per_step = np.where(zero == 0, all_reduce_time(group, msg_grad, calls_g), 0.0)
     z1 = zero == 1
-    if z1.any():
+    if z1.any() and not zero1_all_reduce:
         per_step = per_step + np.where(z1, reduce_scatter_time(group, msg_grad, calls_g), 0.0)
     gather = np.where((zero == 1) | (zero == 2), all_gather_time(group, msg_param, calls), 0.0)
     per_step = per_step + gather
@@ -357,6 +360,20 @@ def dp_traffic_time(group: Group, params, zero, grad_bytes, unit_bytes,
         t_unit, units = zero3_unit_time(group, params, unit_bytes)
         per_mb = per_mb + np.where(z3, 3 * t_unit * units, 0.0)  # AG fwd + AG bwd + RS grads
     return per_step, per_mb, gather
+
+
+def zero1_blocking_time(group: Group, params, zero, grad_bytes):
+    """Seconds per step of a ZeRO-1 gradient reduction that waits for the whole backward: one
+    all-reduce of the `params` local gradients (`grad_bytes` each) in a single call, on the
+    ZeRO-1 layouts (0 elsewhere). nanotron with accumulate_grad_in_fp32 and zero_stage > 0
+    does not wrap the model in DDP (trainer.py `make_ddp = dp > 1 and not
+    (accumulate_grad_in_fp32 and zero_stage > 0)`), so no hook reduces during the backward;
+    after it, `sync_gradients_across_dp(..., reduce_scatter=False)` runs
+    `dist.all_reduce(self._contiguous_fp32_grad_buffer)` (optim/gradient_accumulator.py),
+    synchronously ("TODO: This is too memory hungry, instead we run all_reduce"); nanotron @
+    0e0a27e, the sweep's commit, and 67c5ebb6 of its benchmark branch read the same."""
+    one = all_reduce_time(group, np.asarray(params, dtype=float) * grad_bytes)
+    return np.where(np.asarray(zero) == 1, one, 0.0)
 
 
 def zero3_unit_time(group: Group, params, unit_bytes):
@@ -400,7 +417,7 @@ def zero3_exposed_floor(t_unit, units, m, forward_s, recompute_s, backward_s):
 
 def dp_exposed_time(per_step, per_mb, m, zero, forward_s, recompute_s, backward_s,
                     dp_overlap: float, grad_overlap: bool = True, gather=0.0,
-                    param_overlap: bool = True, floor=0.0):
+                    param_overlap: bool = True, floor=0.0, blocking=0.0):
     """Seconds per step of DP traffic left exposed. What can hide: per-step reductions behind the
     last micro-batch's backward (and the distributed optimizer's param all-gather behind the
     next forward: Megatron overlap_grad_reduce / overlap_param_gather); per-micro-batch
@@ -414,7 +431,9 @@ def dp_exposed_time(per_step, per_mb, m, zero, forward_s, recompute_s, backward_
 
     `floor` (seconds per step) is what cannot hide whatever the overlap: ZeRO-3's first gather
     and last reduce-scatter per micro-batch and each unit's excess over its compute
-    (zero3_exposed_floor); the exposed time is at least that."""
+    (zero3_exposed_floor); the exposed time is at least that. `blocking` (seconds per step,
+    part of per_step) runs after the backward with nothing beside it (zero1_blocking_time):
+    always exposed."""
     hide_fwd = 1.0 if param_overlap else 0.0
     window = np.select(
         [zero <= 0, zero == 1],
@@ -425,8 +444,9 @@ def dp_exposed_time(per_step, per_mb, m, zero, forward_s, recompute_s, backward_
     if not grad_overlap:
         return dp_total
     if param_overlap:
-        exposed = np.maximum((1 - dp_overlap) * dp_total, dp_total - window)
+        hidable = dp_total - blocking
+        exposed = np.maximum((1 - dp_overlap) * hidable, hidable - window) + blocking
     else:
-        hidable = dp_total - gather
-        exposed = np.maximum((1 - dp_overlap) * hidable, hidable - window) + gather
+        hidable = dp_total - gather - blocking
+        exposed = np.maximum((1 - dp_overlap) * hidable, hidable - window) + gather + blocking
     return np.minimum(np.maximum(exposed, floor), dp_total)

@@ -495,6 +495,15 @@ class JobSpec(BaseModel):
             "reduce-scatter hides only behind the last backward."
         ),
     )
+    zero1_grad_all_reduce: bool = Field(
+        default=False,
+        description=(
+            "Whether ZeRO-1 reduces the gradients with one blocking all-reduce of the whole "
+            "gradient buffer after the last backward (nothing hidden) instead of a "
+            "reduce-scatter per bucket during it: nanotron with accumulate_grad_in_fp32 builds "
+            "no DDP at zero_stage > 0 and runs sync_gradients_across_dp(reduce_scatter=False)."
+        ),
+    )
     tp_comm_overlap: bool = Field(
         default=False,
         description=(

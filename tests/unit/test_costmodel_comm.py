@@ -314,3 +314,31 @@ def test_cluster_nics_per_node_sets_the_hierarchical_nic_share():
         # 14 beyond the 8-GPU curve's 2 x 7, at 3.4 us, x 1.4 (NCCL's ring plateau factor)
         wire = 2 * s * 15 / 16 / busbw
         assert comm.all_reduce_time(group, s)[0] == pytest.approx(wire + 14 * 3.4e-6 * 1.4)
+
+
+def test_nanotron_zero1_all_reduce_after_the_backward():
+    """nanotron ZeRO-1 with fp32 accumulation (no DDP; one all-reduce of the whole fp32 buffer
+    after the backward, then the parameter gather). Flat 100 GB/s node of 8, 10M parameters:
+    the blocking all-reduce is 2 x 4 B x 10M x 7/8 / 100 GB/s = 0.7 ms, the gather 2 B x 10M x
+    7/8 / 100 GB/s = 0.175 ms, and no reduce-scatter is charged; ZeRO 0 rows cost no blocking
+    time. Exposed: both, in full, whatever the window (backward 1 s, dp_overlap 0.8)."""
+    gpu = flat_gpu(intra_gb=100.0)
+    group = comm.Group(cluster(gpu, 8), np.array([8.0, 8.0]), np.array([1.0, 1.0]))
+    params, zero = 10e6, np.array([0, 1])
+    blocking = comm.zero1_blocking_time(group, params, zero, 4.0)
+    assert blocking[0] == 0.0
+    assert blocking[1] == pytest.approx(2 * 4 * params * 7 / 8 / 100e9, rel=1e-3)
+    per_step, _, gather = comm.dp_traffic_time(group, params, zero, 4.0, 1.0, 25,
+                                               zero1_all_reduce=True)
+    assert per_step[1] == pytest.approx(gather[1], rel=1e-12)  # no reduce-scatter left
+    assert gather[1] == pytest.approx(2 * params * 7 / 8 / 100e9, rel=1e-3)
+    total = per_step + blocking
+    exposed = comm.dp_exposed_time(total, np.zeros(2), np.ones(2), zero, 0.3, 0.0, 1.0, 0.8,
+                                   gather=gather, param_overlap=False, blocking=blocking)
+    assert exposed[1] == pytest.approx(blocking[1] + gather[1], rel=1e-12)
+    # ZeRO 0's bucketed all-reduce still hides behind the 1 s backward up to dp_overlap
+    assert exposed[0] == pytest.approx(0.2 * per_step[0], rel=1e-12)
+    # the same blocking time with the gather hidden behind the next forward stays exposed
+    hidden = comm.dp_exposed_time(total, np.zeros(2), np.ones(2), zero, 0.3, 0.0, 1.0, 0.8,
+                                  gather=gather, blocking=blocking)
+    assert hidden[1] == pytest.approx(blocking[1] + 0.2 * gather[1], rel=1e-12)

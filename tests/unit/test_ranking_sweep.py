@@ -42,6 +42,26 @@ def test_the_sweep_loads_as_shipped(sweep_groups) -> None:
     assert not any(g.runs[0].job.param_gather_overlap for g in sweep_groups)
     # torch DDP's 25 MiB buckets (nanotron ddp_bucket_cap_mb) from the stack's recipe
     assert all(g.runs[0].job.dp_bucket_mb == 25 for g in sweep_groups)
+    # ZeRO-1 without DDP: one blocking fp32 all-reduce after the backward (nanotron trainer.py)
+    assert all(g.runs[0].job.zero1_grad_all_reduce for g in sweep_groups)
+
+
+def test_zero1_cost_over_zero0_follows_the_measured_twins(sweep_groups) -> None:
+    """8.86B on 128 H100, tp8-pp1-dp16, the same layout at ZeRO 0 and 1 (healthy allocations,
+    logged all-reduce 111-191 GB/s): measured ZeRO-1 - ZeRO-0 = +0.051 / +0.098 / +0.155 /
+    +0.258 s at micro-batch 1 / 2 / 4 / 8 (the table's step times), growing as the last
+    backward that hides ZeRO-0's bucketed all-reduce grows while ZeRO-1's whole-buffer
+    all-reduce and parameter gather wait after it. Nothing fitted: the model's difference is
+    within 0.02 s of each (it was -0.10 / -0.10 / -0.08 / +0.03 s with a hidden reduce-scatter)."""
+    g = next(g for g in sweep_groups if g.runs[0].cluster.num_gpus == 128
+             and g.runs[0].model.hidden_size == 4096)
+    pred = estimate_batch(g.runs[0].model, g.runs[0].cluster, g.runs[0].job,
+                          g.layouts)["step_time_s"]
+    index = {str(lay): i for i, lay in enumerate(g.layouts)}
+    for mbs, measured in ((1, 0.051), (2, 0.098), (4, 0.155), (8, 0.258)):
+        z0, z1 = (index[f"tp8-pp1-dp16-mbs{mbs}-z{z}-none-sp"] for z in (0, 1))
+        assert g.measured[z1] - g.measured[z0] == pytest.approx(measured, abs=0.001)
+        assert pred[z1] - pred[z0] == pytest.approx(measured, abs=0.02)
 
 
 def test_ranking_floor(sweep_groups) -> None:
@@ -58,7 +78,13 @@ def test_ranking_floor(sweep_groups) -> None:
     assert pairwise >= 0.86
     # 60.3% with the H100 FlashAttention-2 rate fitted at 0.158 (half its benchmark: llm-foundry's
     # Triton-kernel rows fitted as FA2); 62.3% at 0.284 since they run attention="triton"
-    assert regret <= 0.63
+    # 70.9% once nanotron's ZeRO-1 runs its blocking fp32 all-reduce after the backward
+    # (zero1_grad_all_reduce; 59.4% before): the fastest predicted layout moves from a ZeRO-1
+    # to its ZeRO-0 twin in two groups whose ZeRO-0 run is an outlier: 1.34B on 64 GPUs
+    # tp1-dp64-mbs2-z0 measured 1.02 s against 0.53 s for its z1 twin on the same logged
+    # 94-97 GB/s (regret 1.5% -> 94.9%), and 8.86B on 512 tp16-dp32-mbs8-z0 on a 12.7 GB/s
+    # allocation (3.7x its prediction; 138.6% -> 269.1%); 8.86B on 256 goes 39.3% -> 0.0%
+    assert regret <= 0.71
     _, hidden = _by_time(sweep_groups, param_gather_overlap=True)
     assert hidden > 0.62
 
