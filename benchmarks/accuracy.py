@@ -465,10 +465,10 @@ def fit_stacks(runs: Sequence[MeasuredRun], predictor: Predictor, log: Any = pri
             "gpus": sorted({r.cluster.gpu.name for r in srs}),
             "method": "benchmarks/accuracy.py --stacks: planner.calibrate.stackfit."
                       "fit_stack_by_class (soft-L1 least squares of log step time; GEMM scale "
-                      "and layer-pass overhead shared by the GPUs whose GEMM curve is their "
-                      "own, kept per GPU class where the curve is borrowed from another chip; "
-                      "one of the two where the runs cannot separate them, stackfit."
-                      "choose_knobs) on planner/data/published_runs.csv",
+                      "and layer-pass overhead per GPU class, stock on a class without runs; "
+                      "one of the two where the runs cannot separate them, none where no fit "
+                      "predicts held-out runs better than stock, stackfit.choose_knobs) on "
+                      "planner/data/published_runs.csv",
             "in_sample": ErrorStats(**{k: round(v, 4) if isinstance(v, float) else v
                                        for k, v in _stats(ins).items()}),
             "out_of_sample": ErrorStats(**{k: round(v, 4) if isinstance(v, float) else v
@@ -514,13 +514,17 @@ def population_preset(preset: Any, fitted: Any, source: str) -> Any:
     layer-pass overhead of the presets not fitted on `source` (empirical Bayes: what is known of
     a stack before any of its runs). Not what the product uses for a preset without runs (stock
     factors): kept to compare the two (unfitted_prior_table, sweep_prior_check)."""
-    from planner.stacks import StackFactors
+    from planner.stacks import StackFactors, class_curve_is_borrowed
 
-    others = [p for p in fitted if source not in p.provenance.fitted_on]
-    if not others:
+    # the fitted factors on own-curve GPUs (a preset keeps them per GPU class: stackfit)
+    sets = [f for p in fitted if source not in p.provenance.fitted_on
+            for f in (p.factors, *(f for c, f in p.gpu_factors.items()
+                                   if not class_curve_is_borrowed(c)))
+            if f.gemm_scale != 1.0 or f.layer_overhead_us is not None]
+    if not sets:
         return preset.model_copy(update={"factors": StackFactors(), "gpu_factors": {}})
-    gemm = float(np.exp(np.mean([np.log(p.factors.gemm_scale) for p in others])))
-    over = [p.factors.layer_overhead_us for p in others if p.factors.layer_overhead_us is not None]
+    gemm = float(np.exp(np.mean([np.log(f.gemm_scale) for f in sets])))
+    over = [f.layer_overhead_us for f in sets if f.layer_overhead_us is not None]
     return preset.model_copy(update={"gpu_factors": {}, "factors": StackFactors(
         gemm_scale=gemm, layer_overhead_us=float(np.mean(over)) if over else None)})
 
@@ -775,6 +779,28 @@ def flat_baseline(run: MeasuredRun, share: float = 0.5) -> float:
     return flops / (share * run.cluster.gpu.peak_flops(job.precision) * run.cluster.num_gpus)
 
 
+def loso_profiles(pairs: Sequence[tuple[MeasuredRun, Layout]], tune: Sequence[str],
+                  predictor: Predictor, knobs: Sequence[str] = TUNE_KNOBS,
+                  stock_from: str = "tuned") -> dict[str, GpuProfile]:
+    """The stock profiles refitted (from their measured values, unfitted_profiles) on the runs
+    of the `tune` sources, siblings taking their chip's fit (leave_one_source_out's fold)."""
+    base = unfitted_profiles()
+    profiles = dict(base)
+    tuning = _timed_by_gpu([r for r, _ in pairs if r.source_id in tune])
+    for name, group in tuning.items():
+        start = base.get(name, group[0].cluster.gpu)
+        lays = _searched_layouts(group, group[0].cluster.gpu, predictor)
+        names = tuning_knobs(start, knobs, len(group), _kernel_counts(group))
+        fit = calibrate(start, [r.with_gpu(start) for r in group], layouts=lays,
+                        names=names, cross_validate=False, per_source=stock_from == "all")
+        profiles[name] = fit.profile
+        for big, small in SIBLINGS:  # the chip's efficiencies serve a sibling without runs
+            sib = next((n for n in base if n.startswith(small)), None)
+            if name.startswith(big) and sib and not any(n.startswith(small) for n in tuning):
+                profiles[sib] = apply_values(base[sib], fit.values)
+    return profiles
+
+
 def leave_one_source_out(runs: Sequence[MeasuredRun], predictor: Predictor,
                          knobs: Sequence[str] = TUNE_KNOBS, log: Any = print,
                          stock_from: str = "tuned",
@@ -797,26 +823,13 @@ def leave_one_source_out(runs: Sequence[MeasuredRun], predictor: Predictor,
     from planner.stacks import StackFactors, resolve_stack
 
     pairs = [(r, lay) for v in _stack_pairs(runs, predictor).values() for r, lay in v]
-    base = unfitted_profiles()
     sources = sorted({r.source_id for r, _ in pairs})
     out = []
     for held in [s for s in sources if only is None or s in only]:
         t0 = time.perf_counter()
         pool = TUNE_SOURCES if stock_from == "tuned" else sources
         tune = [s for s in pool if s != held]
-        profiles = dict(base)
-        tuning = _timed_by_gpu([r for r, _ in pairs if r.source_id in tune])
-        for name, group in tuning.items():
-            start = base.get(name, group[0].cluster.gpu)
-            lays = _searched_layouts(group, group[0].cluster.gpu, predictor)
-            names = tuning_knobs(start, knobs, len(group), _kernel_counts(group))
-            fit = calibrate(start, [r.with_gpu(start) for r in group], layouts=lays,
-                            names=names, cross_validate=False, per_source=stock_from == "all")
-            profiles[name] = fit.profile
-            for big, small in SIBLINGS:  # the chip's efficiencies serve a sibling without runs
-                sib = next((n for n in base if n.startswith(small)), None)
-                if name.startswith(big) and sib and not any(n.startswith(small) for n in tuning):
-                    profiles[sib] = apply_values(base[sib], fit.values)
+        profiles = loso_profiles(pairs, tune, predictor, knobs, stock_from)
 
         def on(run: MeasuredRun, profiles: dict[str, GpuProfile] = profiles) -> MeasuredRun:
             return run.with_gpu(profiles.get(run.cluster.gpu.name, run.cluster.gpu))

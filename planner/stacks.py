@@ -190,8 +190,8 @@ class StackPreset(BaseModel):
     gpu_factors: dict[str, StackFactors] = Field(
         default_factory=dict,
         description="Factors of one GPU class (planner.published.GPU_CLASSES) that do not "
-        "travel: fitted on a GPU whose GEMM curve is borrowed from another chip. `factors` "
-        "serves every other GPU.")
+        "travel: fitted on that class's runs (stackfit.fit_stack_by_class fits every class so). "
+        "`factors` serves every other GPU (stock in the fitted presets).")
     provenance: StackProvenance = StackProvenance()
     sources: dict[str, str] = Field(default_factory=dict, description="Source per recipe item.")
 
@@ -244,21 +244,21 @@ class StackPreset(BaseModel):
 
     def factors_for(self, gpu_name: str, curve_is_borrowed: bool | None = None,
                     precision: str | Iterable[str] | None = None) -> StackFactors:
-        """The factors on this GPU for a job of this matmul precision: its class's own
-        (gpu_factors) where the preset has them; else, on a GPU whose GEMM curve is borrowed from
-        another chip (GpuProfile.curve_is_borrowed), the stock factors; else the transferable
-        ones. The transferable factors are fitted on own-curve GPUs only (stackfit.
-        fit_stack_by_class) and are relative to a chip's own curve, so they do not carry to a
-        borrowed one either: nemo fitted on dgxc's H100/GB200 runs and carried to Megatron-
-        Bridge's GB300 (the GB200 curve) made those runs +17.8% (stock +10.0%) and the source's
-        held-out p90 21.3% (stock 17.7%). Likewise a precision whose GEMM path the factors' fit
-        never saw (StackFactors.holds_for) gets the stock factors: nemo fitted on Megatron-
+        """The factors on this GPU for a job of this matmul precision: its class's own (gpu_factors)
+        where the preset has them; else, on a GPU whose GEMM curve is borrowed from another chip
+        (GpuProfile.curve_is_borrowed), the stock factors; else the transferable ones (stock in the
+        presets stackfit.fit_stack_by_class fits: every factor is kept on the GPU class of its
+        runs). Transferable factors would be relative to a chip's own curve, so they do not carry to
+        a borrowed one either: nemo fitted on dgxc's H100/GB200 runs and carried to
+        Megatron-Bridge's GB300 (the GB200 curve) made those runs +17.8% (stock +10.0%) and the
+        source's held-out p90 21.3% (stock 17.7%). Likewise a precision whose GEMM path the factors'
+        fit never saw (StackFactors.holds_for) gets the stock factors: nemo fitted on Megatron-
         Bridge's FP8-only runs carried its layer pass to dgxc's BF16 runs at +21.9% (issue 19).
-        `curve_is_borrowed` None: the built-in profile named `gpu_name` says. `precision`: the
-        job's (JobSpec.precision), or those of the runs one calibration fits a single profile to
-        (the factors are its start when they hold for any of them: dgxc's GB200 nemo group,
-        calibrated on 3 BF16/FP8 runs from stock instead, predicted its other 15 runs at 12.4% /
-        16.3% against 9.5% / 13.2%, `benchmarks/accuracy.py --few-shot 3`); None: any.
+        `curve_is_borrowed` None: the built-in profile named `gpu_name` says. `precision`: the job's
+        (JobSpec.precision), or those of the runs one calibration fits a single profile to (the
+        factors are its start when they hold for any of them: dgxc's GB200 nemo group, calibrated on
+        3 BF16/FP8 runs from stock instead, predicted its other 15 runs at 12.4% / 16.3% against
+        9.5% / 13.2%, `benchmarks/accuracy.py --few-shot 3`); None: any.
         """
         from planner.published import gpu_class
 
@@ -327,6 +327,17 @@ class StackPreset(BaseModel):
             "supports": {k: list(v) for k, v in self.supports.items()},
             "stage_split": self.stage_split,
         }
+
+
+def class_curve_is_borrowed(cls: str) -> bool:
+    """Whether a GPU class of StackPreset.gpu_factors (a planner.published.GPU_CLASSES key, or
+    a GPU profile name) runs on a GEMM curve borrowed from another chip: any of its built-in
+    profiles does (GpuProfile.curve_is_borrowed)."""
+    from planner.published import GPU_CLASSES
+    from planner.registry import builtin_gpus
+
+    names = set(GPU_CLASSES.get(cls, (cls,)))
+    return any(g.curve_is_borrowed for g in builtin_gpus().values() if g.name in names)
 
 
 # ---- the presets ------------------------------------------------------------------------------

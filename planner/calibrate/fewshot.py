@@ -97,9 +97,11 @@ class FewShotPrior:
         presets' fitted values (presets fitted on `exclude_sources` left out), the noise floor
         from their in-sample errors; PRIOR_SD for the rest. A profile without a GEMM curve of
         its own (own_curve False: guessed, or borrowed from another chip) may need what the
-        stacks needed where their curve was borrowed, so the factors kept on one GPU class
-        (gpu_factors) count in the spread too; with its own measured curve only the factors
-        that travel do."""
+        stacks needed where their curve was borrowed, so the factors kept on a borrowed-curve
+        class count in the spread too; with its own measured curve only the factors fitted on
+        own-curve GPUs do (the transferable ones, and the gpu_factors of own-curve classes:
+        stackfit.fit_stack_by_class keeps every class's factors there). Stock factors (1.0,
+        the profile's layer pass) are not a fitted value and are left out."""
         if presets is None:
             from planner.stacks import builtin_stacks
 
@@ -107,8 +109,12 @@ class FewShotPrior:
         fitted = [p for p in presets if p.fitted
                   and not set(p.provenance.fitted_on) & set(exclude_sources)]
         sd = dict(PRIOR_SD)
+        from planner.stacks import class_curve_is_borrowed
+
         factors = [f for p in fitted
-                   for f in (p.factors, *(() if own_curve else p.gpu_factors.values()))]
+                   for f in (p.factors, *(f for cls, f in p.gpu_factors.items()
+                                          if not own_curve or not class_curve_is_borrowed(cls)))
+                   if f.gemm_scale != 1.0 or f.layer_overhead_us is not None]
         logs = [math.log(f.gemm_scale) for f in factors] + [0.0]  # + the stock stacks
         sd["gemm_scale"] = max(MIN_GEMM_LOG_SD, float(np.std(logs, ddof=1)) if len(logs) > 1
                                else MIN_GEMM_LOG_SD)

@@ -1,11 +1,12 @@
 """Fit a software stack's efficiency factors (StackFactors) on runs of that stack across GPUs.
 
-One GEMM scale and one host time per layer pass, shared by every GPU the runs used (each run
-predicted on its own GPU profile with the factors applied through StackPreset.apply, the path
-`--stack` takes). Robust least squares (soft-L1 at the same 5% log scale as planner.calibrate).
-Where the runs cannot separate the two (too few for their estimates' correlation,
-MIN_SEPARATING_RUNS) one knob is fitted, the one that predicts held-out runs better
-(choose_knobs). benchmarks/accuracy.py --stacks fits the presets with it, split by source.
+One GEMM scale and one host time per layer pass per GPU class (each run predicted on its own
+GPU profile with the factors applied through StackPreset.apply, the path `--stack` takes).
+Robust least squares (soft-L1 at the same 5% log scale as planner.calibrate). Where the runs
+cannot separate the two (too few for their estimates' correlation, MIN_SEPARATING_RUNS) one knob
+is fitted; either way a factor is kept only where it predicts held-out runs better than the
+stock factors (choose_knobs). benchmarks/accuracy.py --stacks fits the presets with it, split
+by source.
 """
 
 from __future__ import annotations
@@ -161,79 +162,89 @@ def _folds(runs: Sequence[MeasuredRun]) -> list[np.ndarray]:
     return [labels == k for k in sorted(set(keys)) if (labels != k).sum() >= 2]
 
 
+def _held_out_errors(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
+                     folds: Sequence[np.ndarray], knobs: Sequence[str]) -> tuple[float, float]:
+    """Median and p90 absolute error of the runs of each fold predicted by `knobs` fitted on
+    the other folds' runs (no knob: the preset's stock factors, nothing fitted)."""
+    meas = np.array([x.measured_step_time_s for x in runs], dtype=float)
+    err = np.full(len(runs), np.nan)
+    for held in folds:
+        idx = np.flatnonzero(held)
+        part = preset if not knobs else fit_stack_factors(
+            preset, [x for x, h in zip(runs, held, strict=True) if not h],
+            [x for x, h in zip(layouts, held, strict=True) if not h], knobs)
+        err[idx] = predict_with(part, [runs[i] for i in idx],
+                                [layouts[i] for i in idx]) / meas[idx] - 1
+    err = np.abs(err[~np.isnan(err)])
+    return float(np.median(err)), float(np.quantile(err, 0.9))
+
+
 def choose_knobs(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
                  ) -> tuple[tuple[str, ...], str]:
-    """The knobs the runs can fit, and why. Both (KNOBS) where the runs separate them: their
-    count discounted by the variance inflation of the two estimates' correlation r
-    (knob_correlation, at the stock factors), n (1 - r^2), at least MIN_SEPARATING_RUNS.
-    Below it one knob: the one whose fits predict the held-out folds (each source left out, or
-    each model where there is one source) with the smaller median error; the GEMM scale where
-    there are fewer than two folds."""
+    """The knobs to fit on the runs (none: the stock factors), and why. The candidates: both
+    (KNOBS) where the runs separate them, their count discounted by the variance inflation of
+    the two estimates' correlation r (knob_correlation, at the stock factors), n (1 - r^2), at
+    least MIN_SEPARATING_RUNS; else each knob alone. Each candidate, and no knob at all, is
+    judged held out: each fold (each source left out, or each model where there is one source)
+    predicted by a fit on the others; the smallest median error wins (then p90), no knob on a
+    tie. A factor that does not predict held-out runs better than the stock factors is not kept
+    (issue 19: nemo fitted on one of its sources made the other worse, 9.5% against 7.0% and
+    16.0% against 13.9%). Fewer than two folds: nothing can judge a factor, stock."""
     r = knob_correlation(preset, runs, layouts)
     n_sep = len(runs) * (1.0 - r * r)
     stat = f"{len(runs)} runs x (1 - {r:.3f}^2) = {n_sep:.2f}"
     if n_sep >= MIN_SEPARATING_RUNS:
-        return KNOBS, f"both knobs ({stat})"
+        head, candidates = f"both knobs separable ({stat})", [KNOBS]
+    else:
+        head = (f"one knob: {stat} < {MIN_SEPARATING_RUNS:g} (20 runs per knob at a variance "
+                "inflation of 10), the runs cannot separate the GEMM scale from the layer-pass "
+                "overhead")
+        candidates = [(k,) for k in KNOBS]
     folds = _folds(runs)
-    head = (f"one knob: {stat} < {MIN_SEPARATING_RUNS:g} (20 runs per knob at a variance "
-            "inflation of 10), the runs cannot separate the GEMM scale from the layer-pass "
-            "overhead")
     if len(folds) < 2:
-        return KNOBS[:1], f"{head}; {KNOBS[0]} (fewer than two folds to choose by)"
-    meas = np.array([x.measured_step_time_s for x in runs], dtype=float)
-    scores = {}
-    for knob in KNOBS:
-        err = np.full(len(runs), np.nan)
-        for held in folds:
-            part = fit_stack_factors(preset, [x for x, h in zip(runs, held, strict=True) if not h],
-                                     [x for x, h in zip(layouts, held, strict=True) if not h],
-                                     (knob,))
-            idx = np.flatnonzero(held)
-            err[idx] = predict_with(part, [runs[i] for i in idx],
-                                    [layouts[i] for i in idx]) / meas[idx] - 1
-        err = np.abs(err[~np.isnan(err)])
-        scores[knob] = (float(np.median(err)), float(np.quantile(err, 0.9)))
-    best = min(KNOBS, key=lambda k: scores[k])
+        return (), f"{head}; stock factors (fewer than two folds to judge a factor by)"
+    scores = {(): _held_out_errors(preset, runs, layouts, folds, ())}
+    for knobs in candidates:
+        scores[knobs] = _held_out_errors(preset, runs, layouts, folds, knobs)
+    best = min(scores, key=lambda k: scores[k])  # stock first: it wins a tie
     held_by = "source" if len({x.source_id for x in runs}) > 1 else "model"
-    return (best,), (f"{head}; {best} alone, by each {held_by} held out: " + ", ".join(
-        f"{k} {m:.1%} median / {p:.1%} p90" for k, (m, p) in scores.items()))
+    return best, (f"{head}; {' + '.join(best) or 'stock factors'}, by each {held_by} held "
+                  "out: " + ", ".join(f"{' + '.join(k) or 'stock'} {m:.1%} median / {p:.1%} p90"
+                                      for k, (m, p) in scores.items()))
 
 
 def fit_stack_by_class(preset, runs: Sequence[MeasuredRun], layouts: Sequence[Layout],
                        knobs: Sequence[str] | None = None):
-    """The preset fitted so that its factors mean the same on every GPU. Runs on a GPU whose
-    GEMM curve is the chip's own (measured on it, GpuProfile.curve_is_borrowed false) fit
-    the transferable `factors`: relative to each GPU's own curve, they carry to any GPU. Runs on
-    a GPU whose curve is borrowed from another chip fit `gpu_factors` of that GPU class only:
-    there the factor also absorbs the borrowed curve's error (the Megatron-LM 2021 preset's 0.68
-    on V100, which carried to A100 turned -15% into +32..+43% on held-out runs, issue 19). With
-    no run on an own-curve GPU the transferable factors stay the stock ones. Each set of factors
-    records the precisions of its runs (fit_stack_factors).
-    `knobs` None: each group (the own-curve runs, each borrowed class) fits the knobs its runs
-    can separate (choose_knobs); the preset's provenance note says which and why."""
+    """The preset fitted per GPU class: the runs of each class (planner.published.gpu_class,
+    else the GPU's name) fit that class's `gpu_factors`, relative to each GPU's own profile, and
+    no factor travels to another class: the transferable `factors` stay stock, so a GPU class
+    without runs of the stack predicts as the stock profile does (issue 19: "a factor fitted on
+    one GPU must not travel to another as if it were a property of the software"). Measured:
+    nemo fitted on Megatron-Bridge's runs (36 of its 49 own-curve runs Blackwell) carried a
+    555 us layer pass to dgxc's H100 FP8 runs, +3.9% -> +9.8%; the Megatron-LM 2021 preset's
+    V100 factor carried to A100 turned -15% into +32..+43%. Each set of factors records the
+    precisions of its runs (fit_stack_factors).
+    `knobs` None: each class fits the knobs its runs can separate and that beat the stock
+    factors held out, or none (choose_knobs); the preset's provenance note says which and why."""
     from planner.published import gpu_class
     from planner.stacks import StackFactors
 
     base = preset.model_copy(update={"factors": StackFactors(), "gpu_factors": {}})
     notes: list[str] = []
-
-    def fit(label: str, idx: list[int]):
+    by_class: dict[str, list[int]] = {}
+    for i, run in enumerate(runs):
+        by_class.setdefault(gpu_class(run.cluster.gpu.name) or run.cluster.gpu.name,
+                            []).append(i)
+    gpu_factors = {}
+    for cls, idx in sorted(by_class.items()):
         rs, ls = [runs[i] for i in idx], [layouts[i] for i in idx]
         use = knobs
         if use is None:
             use, why = choose_knobs(base, rs, ls)
-            notes.append(f"{label} ({len(rs)} runs): {why}")
-        return fit_stack_factors(base, rs, ls, use).factors
-
-    own = [i for i, r in enumerate(runs) if not r.cluster.gpu.curve_is_borrowed]
-    factors = fit("transferable", own) if own else StackFactors()
-    by_class: dict[str, list[int]] = {}
-    for i, run in enumerate(runs):
-        if run.cluster.gpu.curve_is_borrowed:
-            by_class.setdefault(gpu_class(run.cluster.gpu.name) or run.cluster.gpu.name,
-                                []).append(i)
-    gpu_factors = {cls: fit(cls, idx) for cls, idx in sorted(by_class.items())}
-    out = base.model_copy(update={"factors": factors, "gpu_factors": gpu_factors})
+            notes.append(f"{cls} ({len(rs)} runs): {why}")
+        if use:
+            gpu_factors[cls] = fit_stack_factors(base, rs, ls, use).factors
+    out = base.model_copy(update={"gpu_factors": gpu_factors})
     if notes:
         out = out.model_copy(update={"provenance": out.provenance.model_copy(
             update={"note": "; ".join(notes)})})

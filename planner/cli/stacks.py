@@ -58,7 +58,7 @@ def stacks_cmd(as_json: JsonOpt = False) -> None:
         gemm = f"{p.factors.gemm_scale:.3g}" + _only(p.factors)
         layer = ("profile" if p.factors.layer_overhead_us is None
                  else f"{p.factors.layer_overhead_us:.0f}")
-        for cls, f in p.gpu_factors.items():  # factors kept on one GPU class (borrowed curve)
+        for cls, f in p.gpu_factors.items():  # factors kept on one GPU class (stackfit)
             gemm += f"; {cls} {f.gemm_scale:.3g}{_only(f)}"
             layer += f"; {cls} " + ("profile" if f.layer_overhead_us is None
                                     else f"{f.layer_overhead_us:.0f}")
@@ -72,4 +72,5 @@ def stacks_cmd(as_json: JsonOpt = False) -> None:
     console.print("errors: median / p90 of |predicted / measured - 1| of step time; out of "
                   "sample: on the stack's other sources, or one model left out when it has one "
                   "source (planner stacks --json says which). Factors fitted on some precisions "
-                  "only (bf16/fp16 count as one) are stock for the others.")
+                  "only (bf16/fp16 count as one) are stock for the others; the first value "
+                  "serves the GPU classes not named after it (stock in fitted presets).")

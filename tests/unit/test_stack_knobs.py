@@ -6,6 +6,7 @@ must recover it, and pick the knob the runs were made with."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -75,11 +76,15 @@ def test_dlperf_runs_cannot_separate_the_two_knobs():
 
 
 def test_separable_runs_fit_both_knobs():
-    """llm-foundry's FSDP runs on A100 (1B-70B, micro-batches 1-32) separate the knobs."""
+    """llm-foundry's FSDP runs on A100 (1B-70B, micro-batches 1-32) separate the knobs: the
+    candidate is both together, judged held out against the stock factors (which one is kept
+    is test_stack_naming's subject)."""
     runs = list(_runs("pytorch-fsdp", "A100-SXM4-80GB"))
     assert len(runs) >= 40
     knobs, why = choose_knobs(_stock("pytorch-fsdp"), runs, [r.layout for r in runs])
-    assert knobs == KNOBS and "both" in why, why
+    assert knobs in (KNOBS, ()) and "both knobs separable" in why, why
+    assert "gemm_scale + layer_overhead_us" in why
+    assert not re.search(r", (gemm_scale|layer_overhead_us) \d", why)  # no one-knob candidate
 
 
 @pytest.mark.parametrize("knob,made", [
@@ -98,4 +103,4 @@ def test_collinear_runs_fit_the_knob_they_were_made_with(knob, made):
     assert (v100.layer_overhead_us is None) == (made.layer_overhead_us is None)
     if made.layer_overhead_us is not None:
         assert v100.layer_overhead_us == pytest.approx(made.layer_overhead_us, abs=1.0)
-    assert f"{knob} alone, by each model held out" in fitted.provenance.note
+    assert f"; {knob}, by each model held out" in fitted.provenance.note
