@@ -514,13 +514,11 @@ def population_preset(preset: Any, fitted: Any, source: str) -> Any:
     layer-pass overhead of the presets not fitted on `source` (empirical Bayes: what is known of
     a stack before any of its runs). Not what the product uses for a preset without runs (stock
     factors): kept to compare the two (unfitted_prior_table, sweep_prior_check)."""
-    from planner.stacks import StackFactors, class_curve_is_borrowed
+    from planner.stacks import StackFactors
 
     # the fitted factors on own-curve GPUs (a preset keeps them per GPU class: stackfit)
     sets = [f for p in fitted if source not in p.provenance.fitted_on
-            for f in (p.factors, *(f for c, f in p.gpu_factors.items()
-                                   if not class_curve_is_borrowed(c)))
-            if f.gemm_scale != 1.0 or f.layer_overhead_us is not None]
+            for f in p.fitted_factor_sets()]
     if not sets:
         return preset.model_copy(update={"factors": StackFactors(), "gpu_factors": {}})
     gemm = float(np.exp(np.mean([np.log(f.gemm_scale) for f in sets])))

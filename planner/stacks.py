@@ -125,6 +125,11 @@ class StackFactors(BaseModel):
         default=None, description="Job precisions of the runs the factors were fitted on "
         "(None: any precision).")
 
+    @property
+    def is_stock(self) -> bool:
+        """No factor fitted: GEMM scale 1 and the profile's layer pass."""
+        return self.gemm_scale == 1.0 and self.layer_overhead_us is None
+
     def holds_for(self, precisions: Iterable[str]) -> bool:
         """Whether the fit saw the GEMM path (precision_kind) of any of `precisions` (one job's,
         or the runs one calibration fits a single profile to)."""
@@ -242,6 +247,14 @@ class StackPreset(BaseModel):
         fields = self.recipe_fields(text, notes)
         return job.model_copy(update=fields) if fields else job
 
+    def fitted_factor_sets(self, borrowed_curves: bool = False) -> list[StackFactors]:
+        """The factor sets fitted on runs (the transferable ones and each GPU class's, stock ones
+        left out); the classes on a borrowed GEMM curve (class_curve_is_borrowed) only with
+        `borrowed_curves`: there a factor also absorbs the borrowed curve's error."""
+        sets = [self.factors, *(f for cls, f in self.gpu_factors.items()
+                                if borrowed_curves or not class_curve_is_borrowed(cls))]
+        return [f for f in sets if not f.is_stock]
+
     def factors_for(self, gpu_name: str, curve_is_borrowed: bool | None = None,
                     precision: str | Iterable[str] | None = None) -> StackFactors:
         """The factors on this GPU for a job of this matmul precision: its class's own (gpu_factors)
@@ -280,7 +293,7 @@ class StackPreset(BaseModel):
         """`profile` with this stack's efficiency factors for jobs of `precision` (factors_for;
         unchanged for stock factors)."""
         f = self.factors_for(profile.name, profile.curve_is_borrowed, precision)
-        if f.gemm_scale == 1.0 and f.layer_overhead_us is None:
+        if f.is_stock:
             return profile
         # gemm_scale moves the FP8 curve too (specs.adjust.fp8_tied_values)
         values: dict[str, float] = {"gemm_scale": f.gemm_scale}

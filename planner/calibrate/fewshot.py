@@ -109,12 +109,7 @@ class FewShotPrior:
         fitted = [p for p in presets if p.fitted
                   and not set(p.provenance.fitted_on) & set(exclude_sources)]
         sd = dict(PRIOR_SD)
-        from planner.stacks import class_curve_is_borrowed
-
-        factors = [f for p in fitted
-                   for f in (p.factors, *(f for cls, f in p.gpu_factors.items()
-                                          if not own_curve or not class_curve_is_borrowed(cls)))
-                   if f.gemm_scale != 1.0 or f.layer_overhead_us is not None]
+        factors = [f for p in fitted for f in p.fitted_factor_sets(borrowed_curves=not own_curve)]
         logs = [math.log(f.gemm_scale) for f in factors] + [0.0]  # + the stock stacks
         sd["gemm_scale"] = max(MIN_GEMM_LOG_SD, float(np.std(logs, ddof=1)) if len(logs) > 1
                                else MIN_GEMM_LOG_SD)
