@@ -596,6 +596,69 @@ def write_stack_presets(fitted: dict[str, Any]) -> None:
         print(f"wrote {path.name}")
 
 
+# ---- the stack fits, saved for bands.py -----------------------------------------------------
+
+def stack_fit_key() -> str:
+    """sha256 of what fit_stacks' result depends on: the planner's code, the hardware profiles,
+    model specs and data tables, and each stack preset without its fitted factors and provenance
+    (fit_stacks starts every preset from stock factors, so writing the fitted ones, as
+    --write-stacks does, leaves the key unchanged)."""
+    import hashlib
+
+    import yaml
+
+    repo = STACK_DIR.parent
+    h = hashlib.sha256()
+    files = sorted([*repo.glob("planner/**/*.py"), *repo.glob("planner/data/**/*.csv"),
+                    *repo.glob("planner/data/**/*.yaml"), *PROFILE_DIR.glob("*.yaml"),
+                    *repo.glob("model_specs/*.yaml")])
+    for path in files:
+        h.update(str(path.relative_to(repo)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in sorted(STACK_DIR.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        data = {k: v for k, v in data.items() if k not in ("factors", "gpu_factors", "provenance")}
+        h.update(path.name.encode() + b"\0" + yaml.safe_dump(data, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def save_stack_fits(path: Path, fitted: dict[str, Any],
+                    without: dict[tuple[str, str], Any]) -> None:
+    """Write fit_stacks' presets (fitted on all runs, and without each (stack, source)) as JSON
+    with stack_fit_key, so that bands.py --stack-fits reuses them instead of refitting (the
+    fit is most of a 30-minute run)."""
+    import json
+
+    from planner.io import write_text_atomic
+
+    data = {"key": stack_fit_key(),
+            "fitted": {n: p.model_dump(mode="json") for n, p in fitted.items()},
+            "without": [{"stack": n, "source": s, "preset": p.model_dump(mode="json")}
+                        for (n, s), p in without.items()]}
+    write_text_atomic(path, json.dumps(data))
+    print(f"wrote {path} ({len(fitted)} presets, {len(without)} fitted without a source)")
+
+
+def load_stack_fits(path: Path) -> tuple[dict[str, Any], dict[tuple[str, str], Any]]:
+    """The presets save_stack_fits wrote; a PlannerError (one line) when the file was written
+    for other code or data (its key is not stack_fit_key())."""
+    import json
+
+    from planner.stacks import StackPreset
+
+    try:
+        data = json.loads(Path(path).read_text())
+        key = data["key"]
+        fitted = {n: StackPreset.model_validate(p) for n, p in data["fitted"].items()}
+        without = {(w["stack"], w["source"]): StackPreset.model_validate(w["preset"])
+                   for w in data["without"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PlannerError(f"{path}: not a stack-fits file ({exc})") from None
+    if key != stack_fit_key():
+        raise PlannerError(f"{path}: fitted on other code or data than this checkout's "
+                           "(refit: accuracy.py --stacks --save-stack-fits FILE)")
+    return fitted, without
+
+
 def few_shot(runs: Sequence[MeasuredRun], predictor: Predictor, k: int,
              without: dict[tuple[str, str], Any], fitted: dict[str, Any],
              log: Any = print) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -973,6 +1036,9 @@ def main(argv: list[str] | None = None) -> int:
                         "stack named in and out of sample")
     parser.add_argument("--write-stacks", action="store_true",
                         help="with --stacks: write the fitted presets to software_stacks/")
+    parser.add_argument("--save-stack-fits", type=Path, metavar="FILE",
+                        help="with --stacks: also save the fitted presets (and those fitted "
+                        "without each source) for bands.py --stack-fits")
     parser.add_argument("--few-shot", type=int, metavar="K",
                         help="calibrate each (source, stack, GPU) group on its K runs with the "
                         "fewest GPUs and predict the others (implies --stacks)")
@@ -1067,6 +1133,8 @@ def main(argv: list[str] | None = None) -> int:
             index=False, float_format=lambda x: f"{x:.3g}"), "```", ""]
         if ns.write_stacks:
             write_stack_presets(fitted)
+        if ns.save_stack_fits:
+            save_stack_fits(ns.save_stack_fits, fitted, without)
         if ns.few_shot:
             per_run, summary = few_shot(runs, predictor, ns.few_shot, without, fitted)
             title = (f"few-shot K={ns.few_shot}: per group (before = the stack's preset fitted "

@@ -247,9 +247,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="replay solve --calibrate K on the sweeps and rewrite only the "
                         "band file's calibrated.closed_loop_on_sweeps and calibrated.structural "
                         "(the per-plan band after a calibration; no leave-one-source-out run)")
+    parser.add_argument("--stack-fits", type=Path, metavar="FILE",
+                        help="the stack presets accuracy.py --stacks --save-stack-fits wrote "
+                        "on this checkout (else they are refitted: most of the run's time)")
     parser.add_argument("--dry-run", action="store_true", help="print only, write nothing")
     parser.add_argument("--out", type=Path, default=bands.BANDS_YAML)
     ns = parser.parse_args(argv)
+    # checked first: a file fitted on other code fails before the long work
+    stack_fits = accuracy.load_stack_fits(ns.stack_fits) if ns.stack_fits else None
     t0 = time.perf_counter()
     rank, groups = ranking_residuals()
     if ns.structural_only:
@@ -320,7 +325,10 @@ def main(argv: list[str] | None = None) -> int:
         runs, _ = load_table(PUBLISHED_RUNS_CSV, resolve_gpu=load_gpu)
         runs = [r for r in runs if not r.model.is_moe]
         predictor = accuracy.Predictor()
-        _, fitted, without = accuracy.fit_stacks(runs, predictor, log=lambda *a: None)
+        if stack_fits:
+            fitted, without = stack_fits
+        else:
+            _, fitted, without = accuracy.fit_stacks(runs, predictor, log=lambda *a: None)
         per_run, _ = accuracy.few_shot(runs, predictor, ns.few_shot, without, fitted,
                                        log=lambda *a: None)
         ratio = 1.0 / (1.0 + per_run["after"].to_numpy())

@@ -137,3 +137,27 @@ def test_an_attention_rate_needs_its_own_runs_by_hand() -> None:
         "gemm_scale", "attention_efficiency", "layer_overhead_us"]
     assert acc.tuning_knobs(a100, acc.TUNE_KNOBS, 80, {"unfused": 80}) == [
         "gemm_scale", "layer_overhead_us"]
+
+
+def test_stack_fits_round_trip_and_refuse_other_code(tmp_path, monkeypatch):
+    """bands.py --stack-fits reads back exactly the presets accuracy.py --save-stack-fits wrote
+    (a preset with per-class factors set, fitted and fitted without a source), and refuses a
+    file whose key is not this checkout's with one PlannerError line."""
+    from planner.errors import PlannerError
+    from planner.stacks import StackFactors, resolve_stack
+
+    nemo = resolve_stack("nemo").model_copy(update={
+        "gpu_factors": {"B200/GB200": StackFactors(gemm_scale=1.25, layer_overhead_us=500.0)}})
+    fsdp = resolve_stack("pytorch-fsdp")
+    path = tmp_path / "fits.json"
+    acc.save_stack_fits(path, {"nemo": nemo, "pytorch-fsdp": fsdp}, {("nemo", "src_a"): fsdp})
+    fitted, without = acc.load_stack_fits(path)
+    assert fitted["nemo"] == nemo and fitted["pytorch-fsdp"] == fsdp
+    assert fitted["nemo"].gpu_factors["B200/GB200"].layer_overhead_us == 500.0
+    assert without == {("nemo", "src_a"): fsdp}
+    monkeypatch.setattr(acc, "stack_fit_key", lambda: "0" * 64)
+    with pytest.raises(PlannerError, match="other code or data"):
+        acc.load_stack_fits(path)
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(PlannerError, match="not a stack-fits file"):
+        acc.load_stack_fits(tmp_path / "bad.json")
