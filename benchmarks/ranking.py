@@ -596,14 +596,11 @@ def evaluate(tables: Sequence[Path], closed_loop: int | None = None, stack_fit: 
 
 def loop_candidates(k: int) -> int:
     """How many ranked plans `solve --calibrate k` chooses its k runs among: the first
-    max(top_k, CANDIDATES_PER_RUN k) (planner.validate.loop.closed_loop, top_k at its default,
-    solve --top's)."""
-    import inspect
+    max(top_k, CANDIDATES_PER_RUN k) (planner.validate.loop.candidate_count, top_k at
+    closed_loop's default, solve --top's)."""
+    from planner.validate.loop import candidate_count
 
-    from planner.validate.loop import CANDIDATES_PER_RUN, closed_loop
-
-    top = inspect.signature(closed_loop).parameters["top_k"].default
-    return max(top, CANDIDATES_PER_RUN * k)
+    return candidate_count(k)
 
 
 def loop_min_layouts(k: int) -> int:

@@ -31,6 +31,12 @@ from planner.specs import ClusterSpec, JobSpec, ModelSpec
 ValidateRun = Callable[[ModelSpec, ClusterSpec, JobSpec, Layout, Path], Any]
 # the loop chooses its n runs among the first 4 n ranked plans (or the shown top_k, if more)
 CANDIDATES_PER_RUN = 4
+SHOWN_PLANS = 10  # closed_loop's top_k default: solve --top's
+
+
+def candidate_count(n: int, top_k: int = SHOWN_PLANS) -> int:
+    """How many ranked plans the loop chooses its `n` runs among (choose_calibration_plans)."""
+    return max(top_k, CANDIDATES_PER_RUN * n)
 
 
 @dataclass
@@ -86,7 +92,7 @@ def default_validate_run(steps: int = 4, warmup: int = 1, timeout_s: float = 600
 
 
 def closed_loop(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any],
-                n: int, runs_path: str | Path, *, top_k: int = 10,
+                n: int, runs_path: str | Path, *, top_k: int = SHOWN_PLANS,
                 profile_out: str | Path | None = None,
                 validate_run: ValidateRun | None = None, stack: Any = None,
                 tp_across_nodes: bool = False) -> ClosedLoopResult:
@@ -113,7 +119,7 @@ def closed_loop(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
     # the candidates: the tie (or the top plans) beyond what is shown, so that the runs can
     # spread over it (choose_calibration_plans); even splits: the run records carry the
     # degrees, not the layers per stage
-    candidates = solve(model, cluster, job, pins, top_k=max(top_k, CANDIDATES_PER_RUN * n),
+    candidates = solve(model, cluster, job, pins, top_k=candidate_count(n, top_k),
                        even_stages=True, tp_across_nodes=tp_across_nodes)
     plans_before = candidates[:top_k]
     already = _count_lines(runs_path)
