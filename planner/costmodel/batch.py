@@ -293,10 +293,12 @@ def _stage_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, x: _Knobs
     full_d = memory.full_layer_activation_per_token(layer_d, x.tp, x.sp, keys, flash)
     full_m = (memory.full_layer_activation_per_token(layer_m, x.tp, x.sp, keys, flash)
               if model.is_moe else full_d)
+    drop = memory.uses_dropout(model, job.software)
     dense_t = compute.layer_forward_times(model, gpu, prec, False, x.tokens, x.tp, x.ep, x.sp,
-                                          s, kind)
+                                          s, kind, dropout=drop)
     moe_t = (compute.layer_forward_times(model, gpu, prec, True, x.tokens, x.tp, x.ep, x.sp,
-                                         s, kind, x.etp, x.load) if model.is_moe else dense_t)
+                                         s, kind, x.etp, x.load, dropout=drop)
+             if model.is_moe else dense_t)
     head_t = compute.head_forward_time(model, gpu, prec, x.tokens, x.tp)
     emb_t = compute.embedding_forward_time(model, gpu, x.tokens)
     casts_d = compute.fp8_cast_times(model, gpu, prec, False, x.tokens, x.tp, x.sp)
@@ -391,7 +393,7 @@ def dp_and_optimizer_time(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, 
                                    cluster.gpu.dp_overlap, job.grad_overlap, gather,
                                    job.param_gather_overlap, floor, blocking)
     shard = np.where(x.zero >= 1, pd_h / state.d_dense + pe_h / state.d_expert, pd_h + pe_h)
-    return time_dp, compute.optimizer_time(cluster.gpu, shard)
+    return time_dp, compute.optimizer_time(cluster.gpu, shard, job.software)
 
 
 def _mean_peak(pools: Sequence[ClusterSpec], precision: str) -> float:

@@ -48,11 +48,13 @@ def attention_backward_factor(attention_kind: str) -> float:
     return ATTENTION_BACKWARD_FACTOR
 
 
-def backward_time(forward_s, attention_s, attention_kind: str):
+def backward_time(forward_s, attention_s, attention_kind: str, dropout_s=0.0):
     """Backward seconds of work whose forward takes forward_s, attention_s of it the attention
-    core: BACKWARD_FACTOR x the rest, attention_backward_factor x the core."""
+    core and dropout_s of that the score dropout: BACKWARD_FACTOR x the rest,
+    attention_backward_factor x the core, DROPOUT_BACKWARD_FACTOR x the dropout."""
     return (BACKWARD_FACTOR * (forward_s - attention_s)
-            + attention_backward_factor(attention_kind) * attention_s)
+            + attention_backward_factor(attention_kind) * (attention_s - dropout_s)
+            + DROPOUT_BACKWARD_FACTOR * dropout_s)
 
 # Element-wise bytes per token per layer in forward, read + write at 2 bytes/element: each norm
 # reads and writes h (2 x 2h x 2 B), each residual add reads 2h and writes h (2 x 3h x 2 B).
@@ -65,8 +67,9 @@ class LayerTimes:
     """Forward seconds per micro-batch for one layer (or the head), per layout (arrays)."""
 
     gemm: np.ndarray  # projection GEMMs
-    attention: np.ndarray  # flash attention core
+    attention: np.ndarray  # attention core (flash, or unfused with its score dropout)
     elementwise: np.ndarray  # memory-bound work
+    dropout: np.ndarray | float = 0.0  # the unfused score dropout, part of `attention`
 
     @property
     def total(self) -> np.ndarray:
@@ -143,6 +146,18 @@ def attention_peak(gpu: GpuProfile, precision: str) -> float:
 # the score tensors are materialized; their element-wise work is memory-bound).
 UNFUSED_BMM_BYTES_PER_SCORE = 4.0
 UNFUSED_SOFTMAX_BYTES_PER_SCORE = 4.0
+# Attention dropout on the unfused scores (dropout on, memory.uses_dropout: Megatron-LM 2021's
+# --attention-dropout 0.1): torch.nn.Dropout over the [b, np, s, s] probabilities
+# (NVIDIA/Megatron-LM @ 8aa4619 megatron/model/transformer.py ParallelSelfAttention.forward:
+# `attention_probs = self.attention_dropout(attention_probs)`, between the fused softmax and the
+# AV bmm), which PyTorch 1.x runs as _fused_dropout: read the 2-byte score, write the 2-byte
+# output and a 1-byte mask (pytorch/pytorch aten/src/ATen/native/cuda/Dropout.cu
+# fused_dropout_cuda: `mask = at::empty(self.sizes(), self.options().dtype(kByte))`); its
+# backward, masked_scale_kernel, reads the 2-byte gradient and the mask and writes 2 B: the same
+# 5 B, so DROPOUT_BACKWARD_FACTOR is 1. Full recompute runs the forward's again (the RNG state
+# restored). Flash kernels apply dropout inside the kernel: no bytes of their own.
+UNFUSED_DROPOUT_BYTES_PER_SCORE = 5.0
+DROPOUT_BACKWARD_FACTOR = 1.0
 
 
 def unfused_attention_time(
@@ -163,6 +178,14 @@ def unfused_attention_time(
     return bmm + UNFUSED_SOFTMAX_BYTES_PER_SCORE * scores / gpu.hbm_bytes_per_s
 
 
+def unfused_dropout_time(model: ModelSpec, gpu: GpuProfile, tokens, tp, seq_len: int):
+    """Forward seconds of the dropout over the unfused s x s probabilities of `tokens` local
+    tokens: UNFUSED_DROPOUT_BYTES_PER_SCORE per score at the achieved HBM bandwidth."""
+    tokens = np.asarray(tokens, dtype=float)
+    scores = tokens * seq_len * model.num_attention_heads / np.asarray(tp, dtype=float)
+    return UNFUSED_DROPOUT_BYTES_PER_SCORE * scores / gpu.hbm_bytes_per_s
+
+
 def layer_forward_times(
     model: ModelSpec,
     gpu: GpuProfile,
@@ -176,11 +199,13 @@ def layer_forward_times(
     attention_kind: str = "flash",
     etp=None,
     load=1.0,
+    dropout: bool = False,
 ) -> LayerTimes:
     """Forward time of one transformer layer for `tokens` local tokens (mbs x s / cp) per rank;
     attention_kind is JobSpec.attention (flash, cudnn, triton or unfused). MoE: the experts split
     over etp ranks (None: tp), on the most loaded rank's `load` x the mean routed copies
-    (planner.costmodel.moe)."""
+    (planner.costmodel.moe). dropout (memory.uses_dropout): unfused attention adds its score
+    dropout (unfused_dropout_time) to the attention core."""
     peak, curve = matmul_peak_and_curve(gpu, precision)
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
@@ -216,8 +241,12 @@ def layer_forward_times(
         gemm = gemm + proj(tokens, (mats - 1) * ffn / tp, h) + proj(tokens, h, ffn / tp)
         ffn_local = ffn
         permute = 0.0
+    drop = np.zeros_like(tokens * tp)
     if attention_kind == "unfused":
         attention = unfused_attention_time(model, gpu, precision, tokens, tp, seq_len)
+        if dropout:
+            drop = drop + unfused_dropout_time(model, gpu, tokens, tp, seq_len)
+            attention = attention + drop
     else:
         attn_flop = model.attention_flops_per_token(seq_len, causal=True) / model.num_hidden_layers
         eff = gpu.attention_efficiency
@@ -238,6 +267,7 @@ def layer_forward_times(
         gemm=gemm,
         attention=np.broadcast_to(attention, gemm.shape).astype(float),
         elementwise=np.asarray(elementwise, dtype=float),
+        dropout=np.broadcast_to(drop, gemm.shape).astype(float),
     )
 
 
@@ -413,7 +443,7 @@ def offload_exposed_time(gpu: GpuProfile, t: LayerTimes, copy_bytes, attention_k
     go to host memory in forward and come back in backward over the host link, behind that
     layer's compute where they are shorter."""
     copy = copy_bytes / (gpu.host_link_gb_per_s * 1e9)
-    layer_bwd = backward_time(t.total, t.attention, attention_kind)
+    layer_bwd = backward_time(t.total, t.attention, attention_kind, t.dropout)
     return np.maximum(copy - t.total, 0.0) + np.maximum(copy - layer_bwd, 0.0)
 
 
@@ -445,9 +475,11 @@ def stage_compute_time(
     )
     layers = st["n_dense"] + st["n_moe"]
     attn_core = st["n_dense"] * dense.attention[col] + st["n_moe"] * moe.attention[col]
+    drop_core = (st["n_dense"] * np.broadcast_to(dense.dropout, dense.gemm.shape)[col]
+                 + st["n_moe"] * np.broadcast_to(moe.dropout, moe.gemm.shape)[col])
     layer_fwd = st["n_dense"] * dense.total[col] + st["n_moe"] * moe.total[col]
     recomp = np.where((rc == 1)[col], attn_core, 0.0) + np.where((rc == 2)[col], layer_fwd, 0.0)
-    bwd = backward_time(fwd, attn_core, attention_kind)
+    bwd = backward_time(fwd, attn_core, attention_kind, drop_core)
     cast = weight_cast = np.zeros_like(fwd)
     if casts is not None:
         (d_f, d_b, d_w), (m_f, m_b, m_w) = casts
@@ -469,7 +501,31 @@ def stage_compute_time(
                         total=total, cast=cast, weight_cast=weight_cast)
 
 
-def optimizer_time(gpu: GpuProfile, local_params):
-    """Seconds of the Adam step over `local_params` parameters at HBM bandwidth, plus the
-    profile's per-step overhead (folded here so the time_* columns add up to the step)."""
-    return local_params * ADAM_BYTES_PER_PARAM / gpu.hbm_bytes_per_s + gpu.step_overhead_s
+# Megatron-LM 2021's fp16 step (JobSpec.software "megatron-2021"), bytes per local parameter,
+# as NVIDIA/Megatron-LM @ 8aa4619 runs it after every backward:
+# - local DDP allreduce_params (megatron/model/distributed.py; training.py train_step calls it
+#   with reduce_after=False on a DP group of one as well): flatten the 16-bit .grad (read 2,
+#   write 2), `coalesced /= world_size` (read 2, write 2), copy back (read 2, write 2): 12;
+# - FP16OptimizerWithFP16Params.step (megatron/optimizer/optimizer.py):
+#   _copy_model_grads_to_main_grads, 16-bit .grad to fp32 main grad (read 2, write 4): 6;
+#   _unscale_main_grads_and_check_for_nan, torch._amp_foreach_non_finite_check_and_unscale_
+#   (read 4, write 4): 8; clip_grad_norm_fp32's amp_C.multi_tensor_l2norm (read 4): 4 (its
+#   multi_tensor_scale runs only when the norm exceeds --clip-grad: not counted); apex FusedAdam
+#   (megatron/optimizer/__init__.py; read param, grad, m, v, write param, m, v): 28;
+#   _copy_main_params_to_model_params (read 4, write 2): 6.
+MEGATRON_2021_STEP_BYTES_PER_PARAM = 12.0 + 6.0 + 8.0 + 4.0 + 28.0 + 6.0  # = 64
+
+
+def step_bytes_per_param(software: str = "current") -> float:
+    """Bytes the optimizer step moves per local parameter (JobSpec.software): the fused Adam
+    pass, ADAM_BYTES_PER_PARAM, or Megatron-LM 2021's passes, MEGATRON_2021_STEP_BYTES_PER_PARAM."""
+    return MEGATRON_2021_STEP_BYTES_PER_PARAM if software == "megatron-2021" \
+        else ADAM_BYTES_PER_PARAM
+
+
+def optimizer_time(gpu: GpuProfile, local_params, software: str = "current"):
+    """Seconds of the optimizer step over `local_params` parameters at HBM bandwidth
+    (step_bytes_per_param of the software), plus the profile's per-step overhead (folded here
+    so the time_* columns add up to the step)."""
+    return (local_params * step_bytes_per_param(software) / gpu.hbm_bytes_per_s
+            + gpu.step_overhead_s)

@@ -563,14 +563,17 @@ class JobSpec(BaseModel):
     software: Literal["current", "deepspeed-2022", "megatron-2021"] = Field(
         default="current",
         description=(
-            "Training software whose runtime memory the model adds. current: Megatron-Core / "
+            "Training software whose runtime memory (and step passes) the model adds. "
+            "current: Megatron-Core / "
             "FSDP / Transformer Engine with lazily loaded CUDA kernels (the GPU profile's "
             "reserve). deepspeed-2022: DeepSpeed 0.5-0.6 (Megatron-DeepSpeed): an fp32 copy of "
             "the largest gradient, the ZeRO-1 reduce bucket, a CUDA context that loads every "
             "kernel at start-up, the NCCL communicators of its extra process groups. "
             "megatron-2021: Megatron-LM before July 2021 (fp16, local DDP): the 16-bit .grad "
             "beside the fp32 main grads, local DDP's flat gradient copy, dropout masks (its 0.1 "
-            "defaults), a CUDA context that loads every kernel at start-up."
+            "defaults), a CUDA context that loads every kernel at start-up; in time, the "
+            "dropout over unfused attention scores and the fp16 step's memory passes "
+            "(costmodel.compute)."
         ),
     )
     moe_routing: Literal["aux_loss", "loss_free", "force_balanced"] = Field(
