@@ -15,7 +15,8 @@ Then the robustness score's term weights (planner.search.bands.UNCERTAIN_TERM_WE
 weights by kind): each source read alone, log(measured / predicted) = a + sum_k b_k share_k over
 the uncertain terms, TP split by kind (inside the scale-up domain without overlap, overlapped,
 across domains); per term, the root mean square over the sources that identify it (OLS standard
-error of 1 + b_k below 1) of b_k, also with each source left out; Korthikanti 2022 Table 5
+error of 1 + b_k below 0.6) of b_k, also with each source left out, and the median |b_k|; the
+weight is the RMS where all of these fall on one side of 1, else 1; Korthikanti 2022 Table 5
 (tests/unit/test_costmodel_published.py) counts as one more source for TP inside the domain.
 """
 
@@ -81,7 +82,7 @@ def split(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 TERM_KINDS = ("tp_in_domain", "tp_overlapped", "tp_across_domains", "time_cp_comm_s",
               "time_ep_comm_s", "time_pp_comm_s", "time_pp_bubble_s", "time_dp_comm_exposed_s")
-IDENTIFIED_SE = 1.0  # a source identifies a term when its factor's standard error is below this
+IDENTIFIED_SE = 0.6  # a source identifies a term when its factor is known to +-0.6 (1 sigma)
 
 
 def with_tp_kinds(frame: pd.DataFrame) -> pd.DataFrame:
@@ -148,25 +149,35 @@ def korthikanti_tp_factor() -> tuple[float, float]:
 
 def error_weights(per_source: dict[str, dict[str, tuple[float, float]]]) -> pd.DataFrame:
     """Per term of TERM_KINDS, from each source's {term: (factor, standard error)}: the sources'
-    factors, how many identify the term (standard error below IDENTIFIED_SE), the weight (the
-    root mean square of factor - 1 over those: the term's 1-sigma error on a source not seen,
-    bias included, the scale of the 1-sigma band the score starts from; 1 where fewer than two
-    identify it), its range with one of them left out, and the median |factor - 1| beside it
-    (0.67 sigma for a normal error)."""
+    factors, how many identify the term (standard error below IDENTIFIED_SE), the root mean
+    square of factor - 1 over those (the term's 1-sigma error on a source not seen, bias
+    included, the scale of the 1-sigma band the score starts from; 1 where fewer than two
+    identify it), its range with one of them left out, the median |factor - 1| (0.67 sigma for a
+    normal error), and the weight: the RMS where the data pin its side of 1 (the RMS, every
+    one-left-out value and the median all below 1, or all above), else 1."""
     def weight(errs: dict[str, float]) -> float:
         return float(np.sqrt(np.mean(np.square(list(errs.values()))))) if len(errs) >= 2 else 1.0
+
+    def pinned(w: float, left: list[float], median: float) -> bool:
+        """The data pin the weight's side of 1: the RMS, every one-left-out RMS and the median
+        |f - 1| all below 1, or all above."""
+        values = [w, *left, median]
+        return all(v < 1 for v in values) or all(v > 1 for v in values)
 
     out = []
     for term in TERM_KINDS:
         errors = {s: abs(fs[term][0] - 1.0) for s, fs in per_source.items()
                   if term in fs and fs[term][1] < IDENTIFIED_SE}
         left = [weight({k: v for k, v in errors.items() if k != s}) for s in errors]
+        rms = weight(errors)
+        median = float(np.median(list(errors.values()))) if errors else np.nan
         out.append({"term": term, "sources": "; ".join(
             f"{s.split('_')[0]} {fs[term][0]:.2f}+-{fs[term][1]:.2f}"
             for s, fs in per_source.items() if term in fs) or "-",
-            "identified": len(errors), "weight": weight(errors),
+            "identified": len(errors), "rms": rms,
             "one_left_out": f"{min(left):.2f}-{max(left):.2f}" if left else "-",
-            "median_error": float(np.median(list(errors.values()))) if errors else np.nan})
+            "median_error": median,
+            "weight": rms if len(errors) >= 2 and pinned(rms, left, median) else 1.0})
     return pd.DataFrame(out)
 
 
