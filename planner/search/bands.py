@@ -40,12 +40,12 @@ UNCERTAIN_TERMS: tuple[str, ...] = (
 # and spread for a source not seen, the scale of the 1-sigma band the score starts from) is the
 # weight when it, its value with each source left out and the median |f - 1| all fall on one
 # side of 1; otherwise the data cannot say whether the term is better or worse known than "the
-# term itself" (the diagnosis above) and it keeps 1. Rows at 017a8be:
+# term itself" (the diagnosis above) and it keeps 1. Rows at d27112a:
 # - pipeline bubble: BLOOM 0.21 +- 0.35 alone identifies it (dgxc 1.66 +- 0.98, Megatron-Bridge
-#   1.34 +- 0.88, DLPerf 0.24 +- 2.4 do not) -> 1;
-# - exposed DP: dgxc 1.05, DLPerf 0.75, llm-foundry 3.56 (FSDP), Megatron-Bridge 2.60 (BLOOM
-#   0.98 +- 0.95 does not identify it): RMS 1.51, one left out 0.94-1.75, median 0.93 -> 1;
-# - PP sends (DLPerf 0.23 +- 0.47 alone identifies them), CP and EP (no rows) -> 1.
+#   1.34 +- 0.88, DLPerf 1.54 +- 2.2 do not) -> 1;
+# - exposed DP: dgxc 1.05, DLPerf 0.96, llm-foundry 3.56 (FSDP), Megatron-Bridge 2.60 (BLOOM
+#   0.98 +- 0.95 does not identify it): RMS 1.51, one left out 0.93-1.74, median 0.83 -> 1;
+# - PP sends (DLPerf 0.31 +- 0.47 alone identifies them), CP and EP (no rows) -> 1.
 # TP by kind (tp_term_weight): the same rule per kind.
 UNCERTAIN_TERM_WEIGHTS: dict[str, float] = {
     "time_tp_comm_s": 1.0,  # replaced per row by tp_term_weight
@@ -56,11 +56,11 @@ UNCERTAIN_TERM_WEIGHTS: dict[str, float] = {
     "time_dp_comm_exposed_s": 1.0,
 }
 # TP inside the scale-up domain, not overlapped: BLOOM 1.47 +- 0.57 (its runs set
-# CUDA_LAUNCH_BLOCKING=1, docs/accuracy.md), DLPerf 0.57 +- 0.16 (V100, 9 rows) and Korthikanti
-# 2022 Table 5 (Megatron-LM, A100, TP 8, TP 7-28% of the step; one level for its 8 points:
-# 0.94 +- 0.14, tests/unit/test_costmodel_published.py) -> 0.37 (one left out 0.31-0.45,
-# median 0.43).
-TP_WEIGHT_IN_DOMAIN = 0.37
+# CUDA_LAUNCH_BLOCKING=1, docs/accuracy.md), DLPerf 0.91 +- 0.18 (V100, 9 rows; main at d27112a,
+# after the megatron-2021 dropout and fp16 step passes) and Korthikanti 2022 Table 5
+# (Megatron-LM, A100, TP 8, TP 7-28% of the step; one level for its 8 points: 0.94 +- 0.14,
+# tests/unit/test_costmodel_published.py) -> 0.28 (one left out 0.08-0.34, median 0.09).
+TP_WEIGHT_IN_DOMAIN = 0.28
 # TP overlapped with the GEMMs (Transformer Engine userbuffers, JobSpec.tp_comm_overlap): dgxc
 # 0.97 +- 0.18 and Megatron-Bridge 3.01 +- 0.55 (RMS 1.42, median 1.02; with one left out a
 # single source) -> 1. TP across scale-up domains (--tp-across-nodes): one source (DLPerf) -> 1.
