@@ -73,7 +73,7 @@ from planner.layout import Layout
 from planner.measured.runs import PUBLISHED_RUNS_CSV, MeasuredRun, load_table
 from planner.plan import Plan
 from planner.registry import load_gpu
-from planner.search.bands import adverse_cluster, order_ties
+from planner.search.bands import adverse_cluster, order_ties, tp_term_weight
 from planner.specs import GpuProfile
 
 SWEEPS_DIR = PUBLISHED_RUNS_CSV.parent / "sweeps"
@@ -182,7 +182,9 @@ def rank_plans(group: Group, gpu: GpuProfile) -> list[Plan]:
     worse = adverse_cluster(cluster)
     adverse = None if worse is cluster else estimate_many(run.model, worse, run.job,
                                                            [p.layout for p in plans])
-    return order_ties(plans, adverse)
+    weight = tp_term_weight([p.layout.tp for p in plans], cluster.domain_gpus,
+                            run.job.tp_comm_overlap)
+    return order_ties(plans, adverse, weight)
 
 
 def pair_counts(predicted: np.ndarray, measured: np.ndarray,

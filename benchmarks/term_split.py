@@ -10,6 +10,14 @@ Two views of each group of timed rows:
 - TP within: log(measured / predicted) = a_g + b x TP share, one intercept a_g per (source, GPU,
   model) group, so the TP factor 1 + b is read only from rows of one job that differ in TP
   share (a source's own compute bias, or a model's GEMM shapes, cannot pose as TP).
+
+Then the robustness score's term weights (planner.search.bands.UNCERTAIN_TERM_WEIGHTS and the TP
+weights by kind): each source read alone, log(measured / predicted) = a + sum_k b_k share_k over
+the uncertain terms, TP split by kind (inside the scale-up domain without overlap, overlapped,
+across domains); per term, the root mean square over the sources that identify it (OLS standard
+error of 1 + b_k below 0.6) of b_k, also with each source left out, and the median |b_k|; the
+weight is the RMS where all of these fall on one side of 1, else 1; Korthikanti 2022 Table 5
+(tests/unit/test_costmodel_published.py) counts as one more source for TP inside the domain.
 """
 
 from __future__ import annotations
@@ -72,6 +80,116 @@ def split(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+TERM_KINDS = ("tp_in_domain", "tp_overlapped", "tp_across_domains", "time_cp_comm_s",
+              "time_ep_comm_s", "time_pp_comm_s", "time_pp_bubble_s", "time_dp_comm_exposed_s")
+IDENTIFIED_SE = 0.6  # a source identifies a term when its factor is known to +-0.6 (1 sigma)
+
+
+def with_tp_kinds(frame: pd.DataFrame) -> pd.DataFrame:
+    """annotate()'s rows with the TP term split into its kinds (bands.tp_term_weight's): across
+    scale-up domains (tp above the cluster's domain), overlapped (the job's tp_comm_overlap, the
+    table loader sets it from the row's recipe), else inside the domain."""
+    runs, _ = load_table(PUBLISHED_RUNS_CSV)
+    info = {r.run_id: (r.cluster.domain_gpus, bool(r.job.tp_comm_overlap)) for r in runs}
+    out = frame.copy()
+    dom = out["run"].map(lambda k: info[k][0])
+    ovl = out["run"].map(lambda k: info[k][1])
+    tp = out["time_tp_comm_s"].fillna(0.0)
+    out["tp_across_domains"] = np.where(out["tp"] > dom, tp, 0.0)
+    out["tp_overlapped"] = np.where((out["tp"] <= dom) & ovl, tp, 0.0)
+    out["tp_in_domain"] = np.where((out["tp"] <= dom) & ~ovl, tp, 0.0)
+    return out
+
+
+def source_factors(g: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """One source's rows: {term: (factor 1 + b, its OLS standard error)} of log(measured /
+    predicted) = a + sum_k b_k share_k over the TERM_KINDS it has."""
+    terms = [t for t in TERM_KINDS if t in g and g[t].abs().sum() > 0]
+    x = np.column_stack([np.ones(len(g))] + [g[t] / g["predicted_s"] for t in terms])
+    y = g["log_ratio"].to_numpy()
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    resid = y - x @ coef
+    var = resid @ resid / max(1, len(y) - x.shape[1]) * np.linalg.pinv(x.T @ x)
+    return {t: (1.0 + coef[i + 1], float(np.sqrt(var[i + 1, i + 1])))
+            for i, t in enumerate(terms)}
+
+
+def korthikanti_tp_factor() -> tuple[float, float]:
+    """(TP factor, its standard error) of Korthikanti 2022 Table 5 (Megatron-LM on Selene, TP 8
+    inside the node, no overlap): log(measured / predicted) = a + b x TP share over its 8 points,
+    the predictions of tests/unit/test_costmodel_published.py."""
+    root = Path(__file__).resolve().parent.parent / "tests"
+    sys.path[:0] = [str(root), str(root / "unit")]
+    from costmodel_fixtures import a100, cluster
+    from test_costmodel_published import TABLE
+
+    from planner.costmodel import estimate
+    from planner.layout import Layout
+    from planner.specs import JobSpec, ModelSpec
+
+    share, ratio = [], []
+    for _, h, a, layers, tp, pp, n, batch, full, selective in TABLE:
+        model = ModelSpec(name="gpt", num_hidden_layers=layers, hidden_size=h,
+                          num_attention_heads=a, intermediate_size=4 * h, vocab_size=51200,
+                          activation="gelu", norm="layernorm", position_embedding="learned",
+                          max_position_embeddings=2048, linear_bias=True)
+        job = JobSpec(seq_len=2048, global_batch=batch, attention="unfused")
+        for recompute, measured in (("full", full), ("selective", selective)):
+            lo = Layout(tp=tp, pp=pp, dp=n // (tp * pp), mbs=1, zero=1, recompute=recompute,
+                        sp=recompute == "selective")
+            est = estimate(model, cluster(a100(), n), job, lo)
+            share.append(est.time_tp_comm_s / est.step_time_s)
+            ratio.append(np.log(measured / est.step_time_s))
+    x, y = np.column_stack([np.ones(len(share)), share]), np.array(ratio)
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    resid = y - x @ coef
+    var = resid @ resid / (len(y) - 2) * np.linalg.inv(x.T @ x)
+    return float(1.0 + coef[1]), float(np.sqrt(var[1, 1]))
+
+
+def error_weights(per_source: dict[str, dict[str, tuple[float, float]]]) -> pd.DataFrame:
+    """Per term of TERM_KINDS, from each source's {term: (factor, standard error)}: the sources'
+    factors, how many identify the term (standard error below IDENTIFIED_SE), the root mean
+    square of factor - 1 over those (the term's 1-sigma error on a source not seen, bias
+    included, the scale of the 1-sigma band the score starts from; 1 where fewer than two
+    identify it), its range with one of them left out, the median |factor - 1| (0.67 sigma for a
+    normal error), and the weight: the RMS where the data pin its side of 1 (the RMS, every
+    one-left-out value and the median all below 1, or all above), else 1."""
+    def weight(errs: dict[str, float]) -> float:
+        return float(np.sqrt(np.mean(np.square(list(errs.values()))))) if len(errs) >= 2 else 1.0
+
+    def pinned(w: float, left: list[float], median: float) -> bool:
+        """The data pin the weight's side of 1: the RMS, every one-left-out RMS and the median
+        |f - 1| all below 1, or all above."""
+        values = [w, *left, median]
+        return all(v < 1 for v in values) or all(v > 1 for v in values)
+
+    out = []
+    for term in TERM_KINDS:
+        errors = {s: abs(fs[term][0] - 1.0) for s, fs in per_source.items()
+                  if term in fs and fs[term][1] < IDENTIFIED_SE}
+        left = [weight({k: v for k, v in errors.items() if k != s}) for s in errors]
+        rms = weight(errors)
+        median = float(np.median(list(errors.values()))) if errors else np.nan
+        out.append({"term": term, "sources": "; ".join(
+            f"{s.split('_')[0]} {fs[term][0]:.2f}+-{fs[term][1]:.2f}"
+            for s, fs in per_source.items() if term in fs) or "-",
+            "identified": len(errors), "rms": rms,
+            "one_left_out": f"{min(left):.2f}-{max(left):.2f}" if left else "-",
+            "median_error": median,
+            "weight": rms if len(errors) >= 2 and pinned(rms, left, median) else 1.0})
+    return pd.DataFrame(out)
+
+
+def term_weights(frame: pd.DataFrame) -> pd.DataFrame:
+    """error_weights of annotate()'s rows, each source read alone (source_factors), with
+    Korthikanti 2022 Table 5 as one more source for TP inside the domain."""
+    frame = with_tp_kinds(frame)
+    per_source = {s: source_factors(g) for s, g in frame.groupby("source", sort=True)}
+    per_source["korthikanti2022_table5"] = {"tp_in_domain": korthikanti_tp_factor()}
+    return error_weights(per_source)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rows", type=Path, help="the CSV of benchmarks/accuracy.py --rows")
@@ -86,6 +204,8 @@ def main(argv: list[str] | None = None) -> None:
     for by in (["source"], ["source", "gpu"], ["stack"], ["gpu", "stack", "tp", "sp"]):
         print(f"\n== by {', '.join(by)} ==")
         print(split(frame, by).to_string(index=False, formatters=fmt))
+    print("\n== term weights (planner.search.bands.UNCERTAIN_TERM_WEIGHTS, tp_term_weight) ==")
+    print(term_weights(frame).to_string(index=False, float_format=lambda v: f"{v:.2f}"))
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ with it (ranking_bounds): the model alone cannot rank them.
 
 Within a tie the planner prefers the plan least sensitive to what the model is least sure of:
 the robustness score is the ranking band's high end plus the exposed communication and
-pipeline-bubble terms once more (robust_step_time), costed on the adverse fabric measured on a
-real cluster (adverse_cluster: ring collectives that slow with the nodes they span), then lower
+pipeline-bubble terms, each times its own 1-sigma error on published sources where they pin it
+(UNCERTAIN_TERM_WEIGHTS, tp_term_weight; robust_step_time), costed on the adverse fabric measured
+on a real cluster (adverse_cluster: ring collectives that slow with the nodes they span), then lower
 memory. numpy only: `solve` uses it.
 """
 
@@ -30,9 +31,51 @@ UNCERTAIN_TERMS: tuple[str, ...] = (
     "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s", "time_pp_comm_s",
     "time_pp_bubble_s", "time_dp_comm_exposed_s",
 )
-# How much of each uncertain term the robustness score adds: one more time the term (a factor
-# of 2, the middle of the 0.7-3.4 the diagnosis measured on the terms with a visible share).
-UNCERTAIN_TERM_FACTOR = 1.0
+# How much of each uncertain term the robustness score adds: the term's own 1-sigma error on
+# published sources where the data pin it, else 1 (`python benchmarks/term_split.py rows.csv` on
+# the rows of `benchmarks/accuracy.py --tune none --rows`, "== term weights =="). Per source S,
+# log(measured/predicted) = a_S + sum_k b_k share_k, the term's factor f = 1 + b_k (no term
+# formula is fitted on any run, so every source is held out for the terms); over the sources
+# that identify the term (OLS standard error of f below 0.6) the root mean square of f - 1 (bias
+# and spread for a source not seen, the scale of the 1-sigma band the score starts from) is the
+# weight when it, its value with each source left out and the median |f - 1| all fall on one
+# side of 1; otherwise the data cannot say whether the term is better or worse known than "the
+# term itself" (the diagnosis above) and it keeps 1. Rows at d27112a:
+# - pipeline bubble: BLOOM 0.21 +- 0.35 alone identifies it (dgxc 1.66 +- 0.98, Megatron-Bridge
+#   1.34 +- 0.88, DLPerf 1.54 +- 2.2 do not) -> 1;
+# - exposed DP: dgxc 1.05, DLPerf 0.96, llm-foundry 3.56 (FSDP), Megatron-Bridge 2.60 (BLOOM
+#   0.98 +- 0.95 does not identify it): RMS 1.51, one left out 0.93-1.74, median 0.83 -> 1;
+# - PP sends (DLPerf 0.31 +- 0.47 alone identifies them), CP and EP (no rows) -> 1.
+# TP by kind (tp_term_weight): the same rule per kind.
+UNCERTAIN_TERM_WEIGHTS: dict[str, float] = {
+    "time_tp_comm_s": 1.0,  # replaced per row by tp_term_weight
+    "time_cp_comm_s": 1.0,
+    "time_ep_comm_s": 1.0,
+    "time_pp_comm_s": 1.0,
+    "time_pp_bubble_s": 1.0,
+    "time_dp_comm_exposed_s": 1.0,
+}
+# TP inside the scale-up domain, not overlapped: BLOOM 1.47 +- 0.57 (its runs set
+# CUDA_LAUNCH_BLOCKING=1, docs/accuracy.md), DLPerf 0.91 +- 0.18 (V100, 9 rows; main at d27112a,
+# after the megatron-2021 dropout and fp16 step passes) and Korthikanti 2022 Table 5
+# (Megatron-LM, A100, TP 8, TP 7-28% of the step; one level for its 8 points: 0.94 +- 0.14,
+# tests/unit/test_costmodel_published.py) -> 0.28 (one left out 0.08-0.34, median 0.09).
+TP_WEIGHT_IN_DOMAIN = 0.28
+# TP overlapped with the GEMMs (Transformer Engine userbuffers, JobSpec.tp_comm_overlap): dgxc
+# 0.97 +- 0.18 and Megatron-Bridge 3.01 +- 0.55 (RMS 1.42, median 1.02; with one left out a
+# single source) -> 1. TP across scale-up domains (--tp-across-nodes): one source (DLPerf) -> 1.
+TP_WEIGHT_OVERLAPPED = 1.0
+TP_WEIGHT_ACROSS_DOMAINS = 1.0
+
+
+def tp_term_weight(tp: Any, domain_gpus: int, tp_comm_overlap: bool) -> np.ndarray:
+    """The robustness score's weight of each row's TP term (UNCERTAIN_TERM_WEIGHTS' rule by
+    kind): TP_WEIGHT_ACROSS_DOMAINS where tp exceeds the `domain_gpus` of one scale-up domain,
+    else TP_WEIGHT_OVERLAPPED with `tp_comm_overlap`, else TP_WEIGHT_IN_DOMAIN."""
+    tp = np.asarray(tp)
+    inside = TP_WEIGHT_OVERLAPPED if tp_comm_overlap else TP_WEIGHT_IN_DOMAIN
+    return np.where(tp > domain_gpus, TP_WEIGHT_ACROSS_DOMAINS, inside).astype(float)
+
 
 # The fabric a tie is ordered on (robust_step_time's `adverse` columns): ring all-gathers and
 # reduce-scatters (and the ring all-reduce) across k > 2 nodes at busbw / (1 + x (k - 2)),
@@ -74,19 +117,24 @@ def ranking_bounds(columns: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def robust_step_time(columns: Mapping[str, Any],
-                     adverse: Mapping[str, Any] | None = None) -> np.ndarray:
+                     adverse: Mapping[str, Any] | None = None,
+                     tp_weight: Any = TP_WEIGHT_IN_DOMAIN) -> np.ndarray:
     """Robustness score of each row of cost columns, seconds (lower is more robust): the ranking
-    band's high end (ranking_bounds) plus UNCERTAIN_TERM_FACTOR times the exposed communication
-    and bubble terms, all read from `adverse` (the same rows costed on adverse_cluster) when
-    given, else from `columns`. Columns a cost function lacks count as 0."""
+    band's high end (ranking_bounds) plus each exposed communication and bubble term times its
+    weight (UNCERTAIN_TERM_WEIGHTS; the TP term's `tp_weight`, a scalar or one per row:
+    tp_term_weight, default TP inside the scale-up domain without overlap), all read from
+    `adverse` (the same rows costed on adverse_cluster) when given, else from `columns`.
+    Columns a cost function lacks count as 0."""
     columns = columns if adverse is None else adverse
     step = np.asarray(columns["step_time_s"], dtype=float)
     high = ranking_bounds(columns)[1]
     uncertain = np.zeros_like(step)
     for term in UNCERTAIN_TERMS:
         if term in columns:
-            uncertain = uncertain + np.asarray(columns[term], dtype=float)
-    return high + UNCERTAIN_TERM_FACTOR * uncertain
+            weight = tp_weight if term == "time_tp_comm_s" else UNCERTAIN_TERM_WEIGHTS[term]
+            uncertain = uncertain + np.asarray(weight, dtype=float) * np.asarray(
+                columns[term], dtype=float)
+    return high + uncertain
 
 
 def overlaps_best(low: np.ndarray, high: np.ndarray, best: int) -> np.ndarray:
@@ -123,13 +171,15 @@ def _score_columns(ests: Sequence[Any]) -> dict[str, np.ndarray]:
     return cols
 
 
-def order_ties(plans: Sequence[Any], adverse: Sequence[Any] | None = None) -> list[Any]:
+def order_ties(plans: Sequence[Any], adverse: Sequence[Any] | None = None,
+               tp_weight: Any = TP_WEIGHT_IN_DOMAIN) -> list[Any]:
     """A list of plans (fitting first, by step time) in `solve`'s final order, for rankings
     built outside the search (benchmarks/ranking.py): the fitting plans whose band overlaps the
     fastest fitting plan's come first (those within the memory band of the capacity last), by
     robustness score then peak memory (ties by the ranking band, ranking_bounds), flagged
     tied_with_best; the others keep their order. Ranks are renumbered from 1. `adverse`: each
-    plan's Estimate on adverse_cluster (as the search scores its tie); None: the plans' own."""
+    plan's Estimate on adverse_cluster (as the search scores its tie); None: the plans' own.
+    `tp_weight`: the TP term's weight, a scalar or one per plan (tp_term_weight)."""
     from dataclasses import replace
 
     plans = list(plans)
@@ -140,8 +190,9 @@ def order_ties(plans: Sequence[Any], adverse: Sequence[Any] | None = None) -> li
     cols = _score_columns(ests)
     best = int(np.argmin(cols["step_time_s"]))
     tied = overlaps_best(*ranking_bounds(cols), best)
+    weight = np.broadcast_to(np.asarray(tp_weight, dtype=float), (len(plans),))[fitting]
     score = robust_step_time(cols, None if adverse is None
-                             else _score_columns([adverse[i] for i in fitting]))
+                             else _score_columns([adverse[i] for i in fitting]), weight)
     from planner.costmodel.memory import near_capacity
 
     tight = near_capacity([e.peak_mem_gb for e in ests], [e.mem_capacity_gb for e in ests])

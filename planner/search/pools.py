@@ -29,7 +29,7 @@ import numpy as np
 from planner.costmodel import checks, pipeline
 from planner.errors import InfeasibleError, LayoutError
 from planner.layout import RECOMPUTE_LEVELS
-from planner.search.bands import order_ties
+from planner.search.bands import order_ties, tp_term_weight
 from planner.search.problem import (
     CP_MIN_SEQ_LEN,
     KNOBS,
@@ -246,4 +246,7 @@ def search_pooled(
                          for p in pooled.pools)])
     ranked = sorted(best, key=lambda item: (-item[0], -item[1], -item[2]))
     # the same ties as the search of one cluster, among the plans found (bands.order_ties)
-    return order_ties([p for _, _, _, p in ranked])
+    plans = [p for _, _, _, p in ranked]
+    domain = min(pool.domain_gpus for pool in pooled.pools)
+    return order_ties(plans, tp_weight=tp_term_weight([p.layout.tp for p in plans], domain,
+                                                      job.tp_comm_overlap))

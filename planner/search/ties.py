@@ -4,11 +4,12 @@ The fastest eligible layout (by the objective of planner.search.problem: step ti
 crossing groups) defines the tie: every eligible layout whose ranking band (the error between
 layouts of one job, planner.search.bands.ranking_bounds) overlaps its band is tied with it. Tied
 layouts are ranked first, by the robustness score (bands.robust_step_time: the ranking band's high
-end plus the terms the model is least sure of, the tied rows costed again on the adverse fabric,
-bands.adverse_cluster; a plan within the memory band of the capacity after those with
-headroom), then lower memory, then fewer groups crossing nodes (robust_keys); the others
-follow in the objective's order. The CP-SAT search (planner.search.search) and the exhaustive
-oracle (planner.search.exhaustive.exhaustive_ranking) both rank through these functions.
+end plus the terms the model is least sure of, each times its error on published sources,
+the tied rows costed again on the adverse fabric, bands.adverse_cluster; a plan within the
+memory band of the capacity after those with headroom), then lower memory, then fewer groups
+crossing nodes (robust_keys); the others follow in the objective's order. The CP-SAT search
+(planner.search.search) and the exhaustive oracle (planner.search.exhaustive.exhaustive_ranking)
+both rank through these functions.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from planner.search.bands import (
     overlaps_best,
     ranking_bounds,
     robust_step_time,
+    tp_term_weight,
 )
 from planner.search.problem import OBJECTIVE_SUM_LIMIT, Space, evaluate, scale_time
 
@@ -107,7 +109,9 @@ def robust_keys(space: Space, rows: np.ndarray) -> np.ndarray:
     then memory, then crossing groups; the same weights as Space.keys."""
     # from the ranking band's high end, the rows costed on the adverse fabric
     columns = _band_columns(space)
-    robust = robust_step_time(columns, adverse_columns(space, rows, columns))
+    weight = tp_term_weight(space.knobs["tp"], space.cluster.domain_gpus,
+                            space.job.tp_comm_overlap)
+    robust = robust_step_time(columns, adverse_columns(space, rows, columns), weight)
     wt, wm = space.objective_weights
     mem = np.minimum(space.mem_units, space.cap_units + 1)
     unit = space.time_unit_s

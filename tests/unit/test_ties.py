@@ -12,15 +12,64 @@ from planner.search.bands import overlaps_best, plans_indistinguishable, robust_
 
 
 def test_robust_score_by_hand() -> None:
-    # high end 11 s + (tp 1 + pp 0.5 + bubble 2 + dp 0.25) s of uncertain terms = 14.75 s;
+    # high end 11 s + each uncertain term times its weight (its 1-sigma error on published
+    # sources where they pin it, else 1): TP inside the node without overlap 0.28 x 1, PP sends
+    # 1 x 0.5, bubble 1 x 2, exposed DP 1 x 0.25 = 11 + 0.28 + 0.5 + 2 + 0.25 = 14.03 s;
     # compute and the optimizer do not count
     cols = {"step_time_s": np.array([10.0]), "step_time_high_s": np.array([11.0]),
             "time_compute_s": np.array([6.0]), "time_tp_comm_s": np.array([1.0]),
             "time_pp_comm_s": np.array([0.5]), "time_pp_bubble_s": np.array([2.0]),
             "time_dp_comm_exposed_s": np.array([0.25]), "time_optimizer_s": np.array([0.25])}
-    assert robust_step_time(cols)[0] == pytest.approx(14.75)
+    assert robust_step_time(cols)[0] == pytest.approx(14.03)
+    # TP overlapped with the GEMMs or across nodes (1): 11 + 1 + 2.75
+    assert robust_step_time(cols, tp_weight=1.0)[0] == pytest.approx(14.75)
     # without a band column the score starts from the step time
     assert robust_step_time({"step_time_s": np.array([3.0])})[0] == pytest.approx(3.0)
+
+
+def test_tp_term_weight_by_kind() -> None:
+    """TP 1-8 on 8-GPU nodes is inside the node (0.28, 1 overlapped); TP 16 crosses (1)."""
+    from planner.search.bands import tp_term_weight
+
+    assert tp_term_weight([1, 8, 16], 8, False).tolist() == [0.28, 0.28, 1.0]
+    assert tp_term_weight([1, 8, 16], 8, True).tolist() == [1.0, 1.0, 1.0]
+    assert tp_term_weight([8], 4, True).tolist() == [1.0]
+
+
+def test_tp_weight_in_the_node_holds_on_korthikanti_table5() -> None:
+    """The TP term's weight inside the node (0.28, the 1-sigma error of three sources) is not
+    below what the cleanest of them shows: Korthikanti 2022 Table 5 (Megatron-LM, A100, TP 8,
+    TP 7-28% of the step) read by hand with one level for its 8 points, log(measured /
+    predicted) = a + b x TP share (numpy least squares, a second method to the benchmark's),
+    gives a TP factor 1 + b within 0.15 of 1."""
+    import sys
+    from pathlib import Path
+
+    from planner.search.bands import TP_WEIGHT_IN_DOMAIN
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from costmodel_fixtures import a100, cluster
+    from test_costmodel_published import TABLE
+
+    from planner.specs import ModelSpec
+
+    share, ratio = [], []
+    for _, h, a, layers, tp, pp, n, batch, full, selective in TABLE:
+        spec = ModelSpec(name="gpt", num_hidden_layers=layers, hidden_size=h,
+                         num_attention_heads=a, intermediate_size=4 * h, vocab_size=51200,
+                         activation="gelu", norm="layernorm", position_embedding="learned",
+                         max_position_embeddings=2048, linear_bias=True)
+        for recompute, measured in (("full", full), ("selective", selective)):
+            est = estimate(spec, cluster(a100(), n), JobSpec(seq_len=2048, global_batch=batch,
+                                                              attention="unfused"),
+                           Layout(tp=tp, pp=pp, dp=n // (tp * pp), mbs=1, zero=1,
+                                  recompute=recompute, sp=recompute == "selective"))
+            share.append(est.time_tp_comm_s / est.step_time_s)
+            ratio.append(np.log(measured / est.step_time_s))
+    x = np.column_stack([np.ones(len(share)), share])
+    (_, b), *_ = np.linalg.lstsq(x, np.array(ratio), rcond=None)
+    assert min(share) > 0.07 and max(share) < 0.3
+    assert abs(b) < 0.15 < TP_WEIGHT_IN_DOMAIN
 
 
 def test_overlap_by_hand() -> None:
@@ -66,9 +115,10 @@ def test_tie_group_and_robust_first_on_the_real_model() -> None:
     assert all(p.tied_with_best for p in plans)  # more tied layouts than plans shown
     first = plans[0].estimate
     expected = score[tie].min()
-    got = first.step_time_s * (1 + r) + sum(getattr(first, c) for c in (
-        "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s", "time_pp_comm_s",
-        "time_pp_bubble_s", "time_dp_comm_exposed_s"))
+    # TP inside the A100 node without overlap 0.28, the others 1
+    got = first.step_time_s * (1 + r) + sum(w * getattr(first, c) for c, w in (
+        ("time_tp_comm_s", 0.28), ("time_cp_comm_s", 1), ("time_ep_comm_s", 1),
+        ("time_pp_comm_s", 1), ("time_pp_bubble_s", 1), ("time_dp_comm_exposed_s", 1)))
     assert got == pytest.approx(expected, rel=1e-6)
     # the fastest layout is not the most robust one here: the order is not the step time's
     assert first.step_time_s > fastest
@@ -207,12 +257,13 @@ def test_adverse_slowdown_is_the_sweeps_logged_fit() -> None:
 
 
 def test_the_tie_is_ordered_on_the_adverse_fabric() -> None:
-    """Llama 3 8B on 256 H100 (32 nodes), global batch 256: the first plan is the tie's argmin
-    of the robustness score computed by hand on the rows costed again with the stock profile's
+    """Llama 3 8B on 256 H100 (32 nodes), global batch 256: the plans are the tie's order by
+    the robustness score computed by hand on the rows costed again with the stock profile's
     inter-node link given ring_slowdown_per_domain 0.045 (built here, not by adverse_cluster):
-    step x (1 + ranking band) + TP, CP, EP, PP, bubble and exposed DP seconds. With the score
-    on the stock columns (the old order) the first plan was tp1-pp1-dp256-mbs1-z2 (ZeRO-2 rings
-    over 32 nodes); the adverse fabric moves it. The exhaustive oracle ranks the same."""
+    step x (1 + ranking band) + TP, CP, EP, PP, bubble and exposed DP seconds, each times its
+    weight. With the score on the stock columns the first plan was tp1-pp1-dp256-mbs1-z2
+    (ZeRO-2 rings over 32 nodes); the adverse fabric moves it. The exhaustive oracle ranks the
+    same."""
     from planner.search.bands import UNCERTAIN_TERMS
     from planner.search.exhaustive import exhaustive_ranking, exhaustive_space
     from planner.search.problem import evaluate
@@ -229,13 +280,16 @@ def test_the_tie_is_ordered_on_the_adverse_fabric() -> None:
     slow = cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update={"inter_node": link})})
     worse = evaluate(model, slow, job, {k: np.asarray(v)[tie] for k, v in space.knobs.items()})
     w = worse.columns
+    weight = {t: 1.0 for t in UNCERTAIN_TERMS}  # TP inside the node, not overlapped: 0.28
+    weight.update(time_tp_comm_s=0.28)
     score = np.asarray(w["step_time_s"]) * (1 + cluster.gpu.ranking_band) + sum(
-        np.asarray(w[t]) for t in UNCERTAIN_TERMS)
+        weight[t] * np.asarray(w[t]) for t in UNCERTAIN_TERMS)
     first = result.indices[0]
     assert first == tie[int(np.argmin(score))]
+    assert list(result.indices) == [int(tie[i]) for i in np.argsort(score, kind="stable")[:5]]
     stock = dict(space.columns)
     old = np.asarray(stock["step_time_s"])[tie] * (1 + cluster.gpu.ranking_band) + sum(
-        np.asarray(stock[t])[tie] for t in UNCERTAIN_TERMS)
+        weight[t] * np.asarray(stock[t])[tie] for t in UNCERTAIN_TERMS)
     assert str(space.layout(tie[int(np.argmin(old))])) == "tp1-pp1-dp256-mbs1-z2-none"
     assert str(space.layout(first)) != "tp1-pp1-dp256-mbs1-z2-none"
     # the predicted step times and the tie are the stock profile's
