@@ -120,26 +120,12 @@ def korthikanti_tp_factor() -> tuple[float, float]:
     the predictions of tests/unit/test_costmodel_published.py."""
     root = Path(__file__).resolve().parent.parent / "tests"
     sys.path[:0] = [str(root), str(root / "unit")]
-    from costmodel_fixtures import a100, cluster
-    from test_costmodel_published import TABLE
-
-    from planner.costmodel import estimate
-    from planner.layout import Layout
-    from planner.specs import JobSpec, ModelSpec
+    from test_costmodel_published import table5_estimates
 
     share, ratio = [], []
-    for _, h, a, layers, tp, pp, n, batch, full, selective in TABLE:
-        model = ModelSpec(name="gpt", num_hidden_layers=layers, hidden_size=h,
-                          num_attention_heads=a, intermediate_size=4 * h, vocab_size=51200,
-                          activation="gelu", norm="layernorm", position_embedding="learned",
-                          max_position_embeddings=2048, linear_bias=True)
-        job = JobSpec(seq_len=2048, global_batch=batch, attention="unfused")
-        for recompute, measured in (("full", full), ("selective", selective)):
-            lo = Layout(tp=tp, pp=pp, dp=n // (tp * pp), mbs=1, zero=1, recompute=recompute,
-                        sp=recompute == "selective")
-            est = estimate(model, cluster(a100(), n), job, lo)
-            share.append(est.time_tp_comm_s / est.step_time_s)
-            ratio.append(np.log(measured / est.step_time_s))
+    for measured, est in table5_estimates():
+        share.append(est.time_tp_comm_s / est.step_time_s)
+        ratio.append(np.log(measured / est.step_time_s))
     x, y = np.column_stack([np.ones(len(share)), share]), np.array(ratio)
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     resid = y - x @ coef

@@ -22,8 +22,10 @@ TABLE = [
 ]
 
 
-def _errors() -> list[float]:
-    errors = []
+def table5_estimates() -> list[tuple[float, object]]:
+    """(measured s, this model's Estimate) for each TABLE row, full and selective recompute
+    (benchmarks/term_split.py and test_ties read the TP share from the same estimates)."""
+    out = []
     for _, h, a, layers, tp, pp, n, batch, full, selective in TABLE:
         model = ModelSpec(name="gpt", num_hidden_layers=layers, hidden_size=h,
                           num_attention_heads=a, intermediate_size=4 * h, vocab_size=51200,
@@ -33,9 +35,15 @@ def _errors() -> list[float]:
         for recompute, measured in (("full", full), ("selective", selective)):
             lo = Layout(tp=tp, pp=pp, dp=n // (tp * pp), mbs=1, zero=1, recompute=recompute,
                         sp=recompute == "selective")
-            est = estimate(model, cluster(a100(), n), job, lo)
-            assert est.fits
-            errors.append(est.step_time_s / measured - 1)
+            out.append((measured, estimate(model, cluster(a100(), n), job, lo)))
+    return out
+
+
+def _errors() -> list[float]:
+    errors = []
+    for measured, est in table5_estimates():
+        assert est.fits
+        errors.append(est.step_time_s / measured - 1)
     return errors
 
 

@@ -48,24 +48,12 @@ def test_tp_weight_in_the_node_holds_on_korthikanti_table5() -> None:
     from planner.search.bands import TP_WEIGHT_IN_DOMAIN
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from costmodel_fixtures import a100, cluster
-    from test_costmodel_published import TABLE
-
-    from planner.specs import ModelSpec
+    from test_costmodel_published import table5_estimates
 
     share, ratio = [], []
-    for _, h, a, layers, tp, pp, n, batch, full, selective in TABLE:
-        spec = ModelSpec(name="gpt", num_hidden_layers=layers, hidden_size=h,
-                         num_attention_heads=a, intermediate_size=4 * h, vocab_size=51200,
-                         activation="gelu", norm="layernorm", position_embedding="learned",
-                         max_position_embeddings=2048, linear_bias=True)
-        for recompute, measured in (("full", full), ("selective", selective)):
-            est = estimate(spec, cluster(a100(), n), JobSpec(seq_len=2048, global_batch=batch,
-                                                              attention="unfused"),
-                           Layout(tp=tp, pp=pp, dp=n // (tp * pp), mbs=1, zero=1,
-                                  recompute=recompute, sp=recompute == "selective"))
-            share.append(est.time_tp_comm_s / est.step_time_s)
-            ratio.append(np.log(measured / est.step_time_s))
+    for measured, est in table5_estimates():
+        share.append(est.time_tp_comm_s / est.step_time_s)
+        ratio.append(np.log(measured / est.step_time_s))
     x = np.column_stack([np.ones(len(share)), share])
     (_, b), *_ = np.linalg.lstsq(x, np.array(ratio), rcond=None)
     assert min(share) > 0.07 and max(share) < 0.3
