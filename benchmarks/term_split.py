@@ -33,13 +33,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from accuracy import term_diagnosis  # noqa: E402
 
 from planner.measured.runs import PUBLISHED_RUNS_CSV, load_table  # noqa: E402
+from planner.search.bands import TP_KIND_WEIGHTS, tp_kind  # noqa: E402
 
 
 def annotate(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows of accuracy.py --rows with stack, model, TP degree, SP and TP share."""
+    """The rows of accuracy.py --rows with stack, model, scale-up domain, TP overlap, TP degree,
+    SP and TP share."""
     runs, _ = load_table(PUBLISHED_RUNS_CSV)
     meta = pd.DataFrame([{"run": r.run_id, "stack": r.stack, "model": r.model.name or
-                          f"h{r.model.hidden_size}"} for r in runs])
+                          f"h{r.model.hidden_size}", "domain_gpus": r.cluster.domain_gpus,
+                          "tp_comm_overlap": bool(r.job.tp_comm_overlap)} for r in runs])
     out = rows.merge(meta, on="run", how="left")
     out = out[(~out["oom"].astype(bool)) & out["rel_error"].notna()].copy()
     out["tp"] = out["layout"].str.extract(r"tp(\d+)")[0].astype(int)
@@ -86,18 +89,14 @@ IDENTIFIED_SE = 0.6  # a source identifies a term when its factor is known to +-
 
 
 def with_tp_kinds(frame: pd.DataFrame) -> pd.DataFrame:
-    """annotate()'s rows with the TP term split into its kinds (bands.tp_term_weight's): across
-    scale-up domains (tp above the cluster's domain), overlapped (the job's tp_comm_overlap, the
-    table loader sets it from the row's recipe), else inside the domain."""
-    runs, _ = load_table(PUBLISHED_RUNS_CSV)
-    info = {r.run_id: (r.cluster.domain_gpus, bool(r.job.tp_comm_overlap)) for r in runs}
+    """annotate()'s rows with the TP term split into its kinds (planner.search.bands.tp_kind):
+    across scale-up domains, overlapped (the job's tp_comm_overlap, the table loader sets it
+    from the row's recipe), else inside the domain."""
     out = frame.copy()
-    dom = out["run"].map(lambda k: info[k][0])
-    ovl = out["run"].map(lambda k: info[k][1])
+    kind = tp_kind(out["tp"], out["domain_gpus"], out["tp_comm_overlap"])
     tp = out["time_tp_comm_s"].fillna(0.0)
-    out["tp_across_domains"] = np.where(out["tp"] > dom, tp, 0.0)
-    out["tp_overlapped"] = np.where((out["tp"] <= dom) & ovl, tp, 0.0)
-    out["tp_in_domain"] = np.where((out["tp"] <= dom) & ~ovl, tp, 0.0)
+    for name in TP_KIND_WEIGHTS:
+        out[name] = np.where(kind == name, tp, 0.0)
     return out
 
 
@@ -122,15 +121,10 @@ def korthikanti_tp_factor() -> tuple[float, float]:
     sys.path[:0] = [str(root), str(root / "unit")]
     from test_costmodel_published import table5_estimates
 
-    share, ratio = [], []
-    for measured, est in table5_estimates():
-        share.append(est.time_tp_comm_s / est.step_time_s)
-        ratio.append(np.log(measured / est.step_time_s))
-    x, y = np.column_stack([np.ones(len(share)), share]), np.array(ratio)
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
-    resid = y - x @ coef
-    var = resid @ resid / (len(y) - 2) * np.linalg.inv(x.T @ x)
-    return float(1.0 + coef[1]), float(np.sqrt(var[1, 1]))
+    rows = pd.DataFrame([{"predicted_s": est.step_time_s, "tp_in_domain": est.time_tp_comm_s,
+                          "log_ratio": np.log(measured / est.step_time_s)}
+                         for measured, est in table5_estimates()])
+    return source_factors(rows)["tp_in_domain"]
 
 
 def error_weights(per_source: dict[str, dict[str, tuple[float, float]]]) -> pd.DataFrame:

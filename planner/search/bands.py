@@ -68,13 +68,24 @@ TP_WEIGHT_OVERLAPPED = 1.0
 TP_WEIGHT_ACROSS_DOMAINS = 1.0
 
 
+TP_KIND_WEIGHTS = {"tp_in_domain": TP_WEIGHT_IN_DOMAIN, "tp_overlapped": TP_WEIGHT_OVERLAPPED,
+                   "tp_across_domains": TP_WEIGHT_ACROSS_DOMAINS}
+
+
+def tp_kind(tp: Any, domain_gpus: Any, tp_comm_overlap: Any) -> np.ndarray:
+    """Each row's kind of TP term (a TP_KIND_WEIGHTS key): tp_across_domains where tp exceeds
+    the `domain_gpus` of one scale-up domain, else tp_overlapped with `tp_comm_overlap`, else
+    tp_in_domain (benchmarks/term_split.py splits the published rows by it)."""
+    tp = np.asarray(tp)
+    inside = np.where(np.asarray(tp_comm_overlap, dtype=bool), "tp_overlapped", "tp_in_domain")
+    return np.where(tp > np.asarray(domain_gpus), "tp_across_domains", inside)
+
+
 def tp_term_weight(tp: Any, domain_gpus: int, tp_comm_overlap: bool) -> np.ndarray:
     """The robustness score's weight of each row's TP term (UNCERTAIN_TERM_WEIGHTS' rule by
-    kind): TP_WEIGHT_ACROSS_DOMAINS where tp exceeds the `domain_gpus` of one scale-up domain,
-    else TP_WEIGHT_OVERLAPPED with `tp_comm_overlap`, else TP_WEIGHT_IN_DOMAIN."""
-    tp = np.asarray(tp)
-    inside = TP_WEIGHT_OVERLAPPED if tp_comm_overlap else TP_WEIGHT_IN_DOMAIN
-    return np.where(tp > domain_gpus, TP_WEIGHT_ACROSS_DOMAINS, inside).astype(float)
+    kind): TP_KIND_WEIGHTS of its tp_kind."""
+    kinds = np.atleast_1d(tp_kind(tp, domain_gpus, tp_comm_overlap))
+    return np.array([TP_KIND_WEIGHTS[k] for k in kinds], dtype=float)
 
 
 # The fabric a tie is ordered on (robust_step_time's `adverse` columns): ring all-gathers and
